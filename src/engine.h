@@ -1,0 +1,34 @@
+/* engine: the order in which PyTorch's autograd engine runs the graph (SEMANTICS.md section 4).
+ *
+ * Forward order is host order: the tasks of each device's worker thread in creation order.
+ * Backward order is derived, never assumed: a node is ready when every gradient edge into it
+ * (from nodes reachable from the root) has delivered, each device's engine thread pops the ready
+ * node with the highest (reentrant depth, sequence number), and a node standing for a chain of
+ * autograd nodes (G3 in graph.h) runs its chain step by step, so that a ready node of another
+ * thread's counter can cut in, as it does in PyTorch. Several engine threads run in lockstep:
+ * in each step every thread with work runs one autograd node, and what it makes ready becomes
+ * visible in the next step.
+ */
+#ifndef PS_ENGINE_H
+#define PS_ENGINE_H
+
+#include <stdint.h>
+
+#include "diag.h"
+#include "graph.h"
+
+struct ps_order {
+    uint32_t n;       /* entries: every executed node, forward first, then backward */
+    uint32_t *node;   /* node id of each entry */
+    int32_t *thread;  /* device whose thread ran it */
+    uint32_t *step;   /* engine step at which it started (forward: creation rank) */
+    uint32_t n_fwd;   /* entries [0, n_fwd) are the forward pass */
+    uint32_t *pos;    /* pos[node] = entry index, UINT32_MAX when the node never runs */
+};
+
+/* Derives the execution order. Returns 0, or -EDEADLK when backward gets stuck (diag names the
+ * waiting nodes), or -ENOMEM. */
+int ps_engine_order(const struct ps_graph *g, struct ps_order *o, struct ps_diag *diag);
+void ps_order_finish(struct ps_order *o); /* frees; accepts a zeroed struct */
+
+#endif
