@@ -1,0 +1,164 @@
+/* batchnorm: per-channel normalisation over [N, C, S] (S = 1 for BatchNorm1d on [N,C], S = H*W
+ * for BatchNorm2d), and the running statistics of SEMANTICS.md section 7, reproduced exactly.
+ *
+ * Per channel c, over its m = N*S elements:
+ *     mu = mean(x), v = mean((x - mu)^2)                 two passes, in double; v is BIASED
+ *     y  = (x - mu) / sqrt(v + eps) * weight + bias      (train modes; eval uses the running stats)
+ * Running statistics, three ways of touching them:
+ *
+ *   PS_BN_TRAIN (plain BN, every training forward)    nbt += 1, a = factor(nbt)
+ *                                                     rm = (1-a) rm + a mu
+ *                                                     rv = (1-a) rv + a v m/(m-1)   UNBIASED
+ *   PS_BN_TRAIN_NO_TRACK                              nothing changes (deferred BN's micro-batch
+ *                                                     forward, recompute, grad-only without grad)
+ *   accumulate ... commit (DeferredBatchNorm)         accumulate: sum += x, sum_sq += x^2,
+ *                                                     count += m (per micro-batch, non-recompute)
+ *                                                     commit: nbt += 1, a = factor(nbt),
+ *                                                     mean = sum/count,
+ *                                                     var = sum_sq/count - mean^2   BIASED
+ *                                                     same EMA, then the accumulator is reset
+ *
+ * factor(nbt) = momentum, or 1/nbt for momentum=None (cumulative average), nbt AFTER the
+ * increment, so the first cumulative update replaces the initial (0, 1) outright.
+ * Invariants: num_batches_tracked changes exactly once per PS_BN_TRAIN forward and once per
+ * commit, never otherwise; the EMA is computed in double and stored as float; training needs
+ * m >= 2 (PyTorch refuses one value per channel too).
+ */
+#include "cpu/kernels.h"
+
+#include "diag.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+double ps_cpu_bn_factor(const struct ps_bn *bn, int64_t nbt_after)
+{
+    if (bn->cumulative) return nbt_after > 0 ? 1.0 / (double)nbt_after : 1.0;
+    return bn->momentum;
+}
+
+static void ema(struct ps_bn *bn, size_t c, double a, double mean, double var)
+{
+    bn->running_mean[c] = (float)((1.0 - a) * bn->running_mean[c] + a * mean);
+    bn->running_var[c] = (float)((1.0 - a) * bn->running_var[c] + a * var);
+}
+
+int ps_cpu_bn_forward(struct ps_bn *bn, enum ps_bn_mode mode, const float *x, float *y, size_t n,
+                      size_t spatial, float *save_mean, float *save_invstd, struct ps_diag *d)
+{
+    size_t C = bn->channels, m = n * spatial;
+    bool train = mode != PS_BN_EVAL;
+    if (train && m < 2)
+        return ps_diag_set(d, -EINVAL, "batchnorm",
+                           "expected more than 1 value per channel when training, got %zu", m);
+    double a = 0.0;
+    if (mode == PS_BN_TRAIN) {
+        bn->num_batches_tracked += 1;
+        a = ps_cpu_bn_factor(bn, bn->num_batches_tracked);
+    }
+    for (size_t c = 0; c < C; c++) {
+        double mu, invstd;
+        if (train) {
+            double s = 0.0;
+            for (size_t i = 0; i < n; i++) {
+                const float *xp = x + (i * C + c) * spatial;
+                for (size_t k = 0; k < spatial; k++) s += xp[k];
+            }
+            mu = s / (double)m;
+            double q = 0.0;
+            for (size_t i = 0; i < n; i++) {
+                const float *xp = x + (i * C + c) * spatial;
+                for (size_t k = 0; k < spatial; k++) {
+                    double t = xp[k] - mu;
+                    q += t * t;
+                }
+            }
+            double var = q / (double)m;
+            invstd = 1.0 / sqrt(var + (double)bn->eps);
+            if (mode == PS_BN_TRAIN) ema(bn, c, a, mu, q / (double)(m - 1));
+        } else {
+            mu = bn->running_mean[c];
+            invstd = 1.0 / sqrt((double)bn->running_var[c] + (double)bn->eps);
+        }
+        if (save_mean) save_mean[c] = (float)mu;
+        if (save_invstd) save_invstd[c] = (float)invstd;
+        double g = bn->weight ? bn->weight[c] : 1.0, b = bn->bias ? bn->bias[c] : 0.0;
+        double scale = invstd * g, shift = b - mu * scale;
+        for (size_t i = 0; i < n; i++) {
+            const float *xp = x + (i * C + c) * spatial;
+            float *yp = y + (i * C + c) * spatial;
+            for (size_t k = 0; k < spatial; k++) yp[k] = (float)(xp[k] * scale + shift);
+        }
+    }
+    return 0;
+}
+
+void ps_cpu_bn_backward(const struct ps_bn *bn, bool training, const float *x, const float *dy,
+                        const float *save_mean, const float *save_invstd, float *dx,
+                        float *dweight, float *dbias, size_t n, size_t spatial)
+{
+    size_t C = bn->channels, m = n * spatial;
+    for (size_t c = 0; c < C; c++) {
+        double mu = save_mean[c], invstd = save_invstd[c];
+        double sum_dy = 0.0, sum_dy_xmu = 0.0;
+        for (size_t i = 0; i < n; i++) {
+            const float *xp = x + (i * C + c) * spatial, *gp = dy + (i * C + c) * spatial;
+            for (size_t k = 0; k < spatial; k++) {
+                sum_dy += gp[k];
+                sum_dy_xmu += gp[k] * (xp[k] - mu);
+            }
+        }
+        if (dweight) dweight[c] += (float)(sum_dy_xmu * invstd);
+        if (dbias) dbias[c] += (float)sum_dy;
+        if (!dx) continue;
+        double g = bn->weight ? bn->weight[c] : 1.0;
+        double mean_dy = training ? sum_dy / (double)m : 0.0;
+        double k_xmu = training ? sum_dy_xmu * invstd * invstd / (double)m : 0.0;
+        for (size_t i = 0; i < n; i++) {
+            const float *xp = x + (i * C + c) * spatial, *gp = dy + (i * C + c) * spatial;
+            float *dp = dx + (i * C + c) * spatial;
+            for (size_t k = 0; k < spatial; k++)
+                dp[k] = (float)((gp[k] - mean_dy - (xp[k] - mu) * k_xmu) * invstd * g);
+        }
+    }
+}
+
+void ps_cpu_bn_accum_reset(struct ps_bn_accum *acc)
+{
+    memset(acc->sum, 0, acc->channels * sizeof(double));
+    memset(acc->sum_sq, 0, acc->channels * sizeof(double));
+    acc->count = 0;
+}
+
+void ps_cpu_bn_accumulate(struct ps_bn_accum *acc, const float *x, size_t n, size_t spatial)
+{
+    size_t C = acc->channels;
+    for (size_t i = 0; i < n; i++)
+        for (size_t c = 0; c < C; c++) {
+            const float *xp = x + (i * C + c) * spatial;
+            double s = 0.0, q = 0.0;
+            for (size_t k = 0; k < spatial; k++) {
+                s += xp[k];
+                q += (double)xp[k] * xp[k];
+            }
+            acc->sum[c] += s;
+            acc->sum_sq[c] += q;
+        }
+    acc->count += (int64_t)(n * spatial);
+}
+
+int ps_cpu_bn_commit(struct ps_bn *bn, struct ps_bn_accum *acc, struct ps_diag *d)
+{
+    if (acc->count <= 0)
+        return ps_diag_set(d, -EINVAL, "batchnorm", "commit with no accumulated statistics");
+    bn->num_batches_tracked += 1;
+    double a = ps_cpu_bn_factor(bn, bn->num_batches_tracked);
+    for (size_t c = 0; c < bn->channels; c++) {
+        double mean = acc->sum[c] / (double)acc->count;
+        double var = acc->sum_sq[c] / (double)acc->count - mean * mean;
+        ema(bn, c, a, mean, var);
+    }
+    ps_cpu_bn_accum_reset(acc);
+    return 0;
+}

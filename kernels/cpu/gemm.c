@@ -1,0 +1,280 @@
+/* gemm: the single-precision matrix product under linear and conv2d.
+ *
+ * BLIS-style blocking, in plain C:
+ *
+ *     for jc in N step NC:            B block  [KC x NC]  packed into NR-wide column panels (L3)
+ *       for pc in K step KC:
+ *         for ic in M step MC:        A block  [MC x KC]  packed into MR-tall row panels (L2)
+ *           for each MR x NR tile:    micro-kernel: KC rank-1 updates into an MR x NR register tile
+ *
+ * Invariants:
+ *  1. Packed panels are zero-padded to full MR / NR, so the micro-kernel always runs a full tile;
+ *     only the write-back is clipped at the edges of C.
+ *  2. beta is applied once, before the first K block; every K block then adds alpha * A_p B_p.
+ *     beta == 0 stores zeros first, so stale NaNs in C never leak into the result.
+ *  3. The accumulation order over k is fixed for a given (M, N, K) and does not depend on the
+ *     number of threads: threads split C into disjoint row (or column) slices, each computed by
+ *     the same serial code. Results are bitwise reproducible across thread counts.
+ *  4. Problems under PAR_MIN_WORK multiply-adds stay on the calling thread (a thread spawn costs
+ *     tens of microseconds); larger ones use up to ps_cpu_threads() pthreads.
+ *
+ * The micro-kernel is written as fixed-trip loops over a local MR x NR array, which gcc -O2
+ * vectorises. On x86-64 with GCC the macro-kernel is also cloned for Haswell (AVX2 + FMA) and
+ * picked at load time (target_clones), so one binary runs everywhere and uses the wide units when
+ * present. FMA changes rounding in the last bit compared with the baseline clone.
+ */
+#include "cpu/kernels.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { MR = 8, NR = 8, MC = 128, KC = 256, NC = 2048 };
+#define PAR_MIN_WORK ((size_t)1 << 21)
+#define MAX_THREADS 16
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define HAVE_FMA_CLONE 1
+#define FMA_TARGET __attribute__((target("arch=haswell")))
+#else
+#define HAVE_FMA_CLONE 0
+#endif
+
+static atomic_int g_threads;
+
+void ps_cpu_set_threads(int n)
+{
+    atomic_store(&g_threads, n > MAX_THREADS ? MAX_THREADS : n);
+}
+
+int ps_cpu_threads(void)
+{
+    int n = atomic_load(&g_threads);
+    if (n > 0) return n;
+    long c = sysconf(_SC_NPROCESSORS_ONLN);
+    if (c < 1) c = 1;
+    return c > MAX_THREADS ? MAX_THREADS : (int)c;
+}
+
+struct gemm_args {
+    bool ta, tb;
+    size_t m, n, k;
+    float alpha;
+    const float *a, *b;
+    size_t lda, ldb;
+    float beta;
+    float *c;
+    size_t ldc;
+    float *pa, *pb; /* packing buffers: MC*KC and KC*round_up(min(n, NC), NR) floats */
+};
+
+/* op(A)(i, p) packed as panels of MR rows: panel r holds pa[r*MR*kc + p*MR + i]. */
+static void pack_a(const struct gemm_args *g, size_t i0, size_t mc, size_t p0, size_t kc,
+                   float *restrict pa)
+{
+    for (size_t r = 0; r < mc; r += MR) {
+        size_t mr = mc - r < MR ? mc - r : MR;
+        float *dst = pa + r * kc;
+        for (size_t p = 0; p < kc; p++) {
+            size_t i = 0;
+            if (g->ta) {
+                const float *src = g->a + (p0 + p) * g->lda + i0 + r;
+                for (; i < mr; i++) dst[p * MR + i] = src[i];
+            } else {
+                const float *src = g->a + (i0 + r) * g->lda + p0 + p;
+                for (; i < mr; i++) dst[p * MR + i] = src[i * g->lda];
+            }
+            for (; i < MR; i++) dst[p * MR + i] = 0.0f;
+        }
+    }
+}
+
+/* op(B)(p, j) packed as panels of NR columns: panel s holds pb[s*NR*kc + p*NR + j]. */
+static void pack_b(const struct gemm_args *g, size_t j0, size_t nc, size_t p0, size_t kc,
+                   float *restrict pb)
+{
+    for (size_t s = 0; s < nc; s += NR) {
+        size_t nr = nc - s < NR ? nc - s : NR;
+        float *dst = pb + s * kc;
+        for (size_t p = 0; p < kc; p++) {
+            size_t j = 0;
+            if (g->tb) {
+                const float *src = g->b + (j0 + s) * g->ldb + p0 + p;
+                for (; j < nr; j++) dst[p * NR + j] = src[j * g->ldb];
+            } else {
+                const float *src = g->b + (p0 + p) * g->ldb + j0 + s;
+                for (; j < nr; j++) dst[p * NR + j] = src[j];
+            }
+            for (; j < NR; j++) dst[p * NR + j] = 0.0f;
+        }
+    }
+}
+
+/* One MR x NR tile: kc rank-1 updates in registers, then c += alpha * acc (clipped at edges).
+ * The tile is computed RB rows at a time so the accumulators fit the register file: RB = 8 with
+ * 16 AVX registers (8 accumulators), RB = 4 with 16 SSE registers (the same 8 accumulators).
+ * MADD is a*b+c: fmaf in the FMA clone (one rounding), a separate multiply and add otherwise
+ * (-std=c17 turns off floating-point contraction). */
+#define DEFINE_MICRO_KERNEL(name, MADD, RB, attr)                                              \
+    attr static inline __attribute__((always_inline)) void name(                              \
+        size_t kc, const float *restrict a, const float *restrict b, float *restrict c,       \
+        size_t ldc, float alpha, size_t mr, size_t nr)                                         \
+    {                                                                                          \
+        for (int r0 = 0; r0 < MR && (size_t)r0 < mr; r0 += RB) {                               \
+            float acc[RB][NR];                                                                 \
+            _Pragma("GCC unroll 8") for (int i = 0; i < RB; i++)                               \
+                for (int j = 0; j < NR; j++) acc[i][j] = 0.0f;                                 \
+            for (size_t p = 0; p < kc; p++) {                                                  \
+                const float *ap = a + p * MR + r0, *bp = b + p * NR;                           \
+                _Pragma("GCC unroll 8") for (int i = 0; i < RB; i++)                           \
+                    for (int j = 0; j < NR; j++) acc[i][j] = MADD(ap[i], bp[j], acc[i][j]);    \
+            }                                                                                  \
+            float *cr = c + (size_t)r0 * ldc;                                                  \
+            if ((size_t)r0 + RB <= mr && nr == NR) {                                           \
+                _Pragma("GCC unroll 8") for (int i = 0; i < RB; i++)                           \
+                    for (int j = 0; j < NR; j++) cr[(size_t)i * ldc + j] += alpha * acc[i][j]; \
+            } else {                                                                           \
+                for (size_t i = 0; i < RB && r0 + i < mr; i++)                                 \
+                    for (size_t j = 0; j < nr; j++) cr[i * ldc + j] += alpha * acc[i][j];      \
+            }                                                                                  \
+        }                                                                                      \
+    }
+
+#define MADD_PLAIN(x, y, z) ((z) + (x) * (y))
+DEFINE_MICRO_KERNEL(micro_kernel_plain, MADD_PLAIN, 4, )
+#if HAVE_FMA_CLONE
+DEFINE_MICRO_KERNEL(micro_kernel_fma, fmaf, 8, FMA_TARGET)
+#endif
+
+#define DEFINE_MACRO_KERNEL(name, micro, attr)                                                   \
+    attr static void name(size_t mc, size_t nc, size_t kc, const float *pa, const float *pb,     \
+                          float *c, size_t ldc, float alpha)                                      \
+    {                                                                                             \
+        for (size_t s = 0; s < nc; s += NR) {                                                     \
+            size_t nr = nc - s < NR ? nc - s : NR;                                                \
+            for (size_t r = 0; r < mc; r += MR) {                                                 \
+                size_t mr = mc - r < MR ? mc - r : MR;                                            \
+                micro(kc, pa + r * kc, pb + s * kc, c + r * ldc + s, ldc, alpha, mr, nr);         \
+            }                                                                                     \
+        }                                                                                         \
+    }
+
+DEFINE_MACRO_KERNEL(macro_kernel_plain, micro_kernel_plain, )
+#if HAVE_FMA_CLONE
+DEFINE_MACRO_KERNEL(macro_kernel_fma, micro_kernel_fma, FMA_TARGET)
+#endif
+
+static void macro_kernel(size_t mc, size_t nc, size_t kc, const float *pa, const float *pb,
+                         float *c, size_t ldc, float alpha)
+{
+#if HAVE_FMA_CLONE
+    static int use_fma = -1;
+    if (use_fma < 0) {
+        __builtin_cpu_init();
+        use_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    }
+    if (use_fma) {
+        macro_kernel_fma(mc, nc, kc, pa, pb, c, ldc, alpha);
+        return;
+    }
+#endif
+    macro_kernel_plain(mc, nc, kc, pa, pb, c, ldc, alpha);
+}
+
+static void gemm_serial(const struct gemm_args *g)
+{
+    for (size_t i = 0; i < g->m; i++) {
+        float *row = g->c + i * g->ldc;
+        if (g->beta == 0.0f)
+            memset(row, 0, g->n * sizeof(float));
+        else if (g->beta != 1.0f)
+            for (size_t j = 0; j < g->n; j++) row[j] *= g->beta;
+    }
+    if (g->k == 0 || g->alpha == 0.0f) return;
+    for (size_t jc = 0; jc < g->n; jc += NC) {
+        size_t nc = g->n - jc < NC ? g->n - jc : NC;
+        for (size_t pc = 0; pc < g->k; pc += KC) {
+            size_t kc = g->k - pc < KC ? g->k - pc : KC;
+            pack_b(g, jc, nc, pc, kc, g->pb);
+            for (size_t ic = 0; ic < g->m; ic += MC) {
+                size_t mc = g->m - ic < MC ? g->m - ic : MC;
+                pack_a(g, ic, mc, pc, kc, g->pa);
+                macro_kernel(mc, nc, kc, g->pa, g->pb, g->c + ic * g->ldc + jc, g->ldc,
+                             g->alpha);
+            }
+        }
+    }
+}
+
+static void *gemm_thread(void *arg)
+{
+    gemm_serial(arg);
+    return NULL;
+}
+
+static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
+
+static size_t pack_floats(size_t n)
+{
+    return (size_t)MC * KC + (size_t)KC * round_up(n < NC ? n : NC, NR);
+}
+
+int ps_cpu_sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
+                 const float *a, size_t lda, const float *b, size_t ldb, float beta, float *c,
+                 size_t ldc)
+{
+    if (m == 0 || n == 0) return 0;
+    struct gemm_args base = {trans_a, trans_b, m, n, k, alpha, a, b, lda, ldb, beta, c, ldc,
+                             NULL, NULL};
+    size_t nt = 1;
+    if (m * n * k >= PAR_MIN_WORK) nt = (size_t)ps_cpu_threads();
+    /* Split the longer side of C into slices of whole tiles. */
+    bool split_rows = m >= n;
+    size_t side = split_rows ? m : n, unit = split_rows ? MR : NR;
+    size_t tiles = (side + unit - 1) / unit;
+    if (nt > tiles) nt = tiles;
+    if (nt < 1) nt = 1;
+
+    struct gemm_args parts[MAX_THREADS];
+    size_t per = (tiles + nt - 1) / nt * unit;
+    size_t total = 0;
+    for (size_t t = 0; t < nt; t++) {
+        parts[t] = base;
+        size_t lo = t * per, hi = lo + per < side ? lo + per : side;
+        if (split_rows) {
+            parts[t].m = hi - lo;
+            parts[t].a = trans_a ? a + lo : a + lo * lda;
+            parts[t].c = c + lo * ldc;
+        } else {
+            parts[t].n = hi - lo;
+            parts[t].b = trans_b ? b + lo * ldb : b + lo;
+            parts[t].c = c + lo;
+        }
+        total += pack_floats(parts[t].n);
+    }
+    float *buf = malloc(total * sizeof(float));
+    if (!buf) return -ENOMEM;
+    float *p = buf;
+    for (size_t t = 0; t < nt; t++) {
+        parts[t].pa = p;
+        parts[t].pb = p + (size_t)MC * KC;
+        p += pack_floats(parts[t].n);
+    }
+
+    pthread_t tid[MAX_THREADS];
+    size_t started = 0;
+    for (size_t t = 1; t < nt; t++) {
+        if (pthread_create(&tid[t], NULL, gemm_thread, &parts[t]) != 0) break;
+        started = t;
+    }
+    gemm_serial(&parts[0]);
+    for (size_t t = 1; t <= started; t++) pthread_join(tid[t], NULL);
+    /* A failed spawn is not an error: the remaining slices run here, same arithmetic. */
+    for (size_t t = started + 1; t < nt; t++) gemm_serial(&parts[t]);
+    free(buf);
+    return 0;
+}

@@ -1,0 +1,92 @@
+/* maxpool2d: the maximum over each kernel x kernel window of every (sample, channel) plane, as
+ * torch.nn.functional.max_pool2d with ceil_mode=False and dilation 1.
+ *
+ * Invariants:
+ *  1. Padding behaves as -inf: it never wins, and every window holds at least one real element
+ *     (checked: padding <= kernel/2, PyTorch's own rule).
+ *  2. idx records the winner as a flat h*W+w index inside its input plane (PyTorch's indices);
+ *     ties keep the first element in row-major scan order; a NaN wins and stays.
+ *  3. Backward zeroes dx and ADDS dy at each recorded index, so overlapping windows
+ *     (stride < kernel) that picked the same input sum their gradients.
+ */
+#include "cpu/kernels.h"
+
+#include "diag.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+static size_t out_dim(size_t in, size_t k, size_t stride, size_t pad)
+{
+    if (stride == 0 || in + 2 * pad < k) return 0;
+    return (in + 2 * pad - k) / stride + 1;
+}
+
+size_t ps_cpu_maxpool2d_out_h(const struct ps_pool2d_shape *s)
+{
+    return out_dim(s->h, s->kernel, s->stride, s->padding);
+}
+
+size_t ps_cpu_maxpool2d_out_w(const struct ps_pool2d_shape *s)
+{
+    return out_dim(s->w, s->kernel, s->stride, s->padding);
+}
+
+int ps_cpu_maxpool2d_forward(const struct ps_pool2d_shape *s, const float *x, float *y,
+                             int32_t *idx, struct ps_diag *d)
+{
+    if (s->kernel == 0 || s->stride == 0)
+        return ps_diag_set(d, -EINVAL, "maxpool2d", "kernel and stride must be at least 1");
+    if (2 * s->padding > s->kernel)
+        return ps_diag_set(d, -EINVAL, "maxpool2d",
+                           "padding %zu is more than half the kernel size %zu", s->padding,
+                           s->kernel);
+    size_t oh_n = ps_cpu_maxpool2d_out_h(s), ow_n = ps_cpu_maxpool2d_out_w(s);
+    if (oh_n == 0 || ow_n == 0)
+        return ps_diag_set(d, -EINVAL, "maxpool2d", "kernel %zu does not fit input %zux%zu",
+                           s->kernel, s->h, s->w);
+    if (s->h * s->w > (size_t)INT32_MAX)
+        return ps_diag_set(d, -EOVERFLOW, "maxpool2d", "plane %zux%zu too large for indices",
+                           s->h, s->w);
+    for (size_t pl = 0; pl < s->n * s->c; pl++) {
+        const float *xp = x + pl * s->h * s->w;
+        float *yp = y + pl * oh_n * ow_n;
+        int32_t *ip = idx ? idx + pl * oh_n * ow_n : NULL;
+        for (size_t oh = 0; oh < oh_n; oh++) {
+            ptrdiff_t h0 = (ptrdiff_t)(oh * s->stride) - (ptrdiff_t)s->padding;
+            ptrdiff_t h1 = h0 + (ptrdiff_t)s->kernel;
+            if (h0 < 0) h0 = 0;
+            if (h1 > (ptrdiff_t)s->h) h1 = (ptrdiff_t)s->h;
+            for (size_t ow = 0; ow < ow_n; ow++) {
+                ptrdiff_t w0 = (ptrdiff_t)(ow * s->stride) - (ptrdiff_t)s->padding;
+                ptrdiff_t w1 = w0 + (ptrdiff_t)s->kernel;
+                if (w0 < 0) w0 = 0;
+                if (w1 > (ptrdiff_t)s->w) w1 = (ptrdiff_t)s->w;
+                float best = -INFINITY;
+                size_t bi = (size_t)h0 * s->w + (size_t)w0;
+                for (ptrdiff_t ih = h0; ih < h1; ih++)
+                    for (ptrdiff_t iw = w0; iw < w1; iw++) {
+                        size_t k = (size_t)ih * s->w + (size_t)iw;
+                        float v = xp[k];
+                        if (v > best || (isnan(v) && !isnan(best))) {
+                            best = v;
+                            bi = k;
+                        }
+                    }
+                yp[oh * ow_n + ow] = best;
+                if (ip) ip[oh * ow_n + ow] = (int32_t)bi;
+            }
+        }
+    }
+    return 0;
+}
+
+void ps_cpu_maxpool2d_backward(const struct ps_pool2d_shape *s, const float *dy,
+                               const int32_t *idx, float *dx)
+{
+    size_t plane = s->h * s->w, op = ps_cpu_maxpool2d_out_h(s) * ps_cpu_maxpool2d_out_w(s);
+    memset(dx, 0, s->n * s->c * plane * sizeof(float));
+    for (size_t pl = 0; pl < s->n * s->c; pl++)
+        for (size_t q = 0; q < op; q++) dx[pl * plane + (size_t)idx[pl * op + q]] += dy[pl * op + q];
+}
