@@ -17,6 +17,7 @@
  * node then gets its backward twin; backward edges are the forward edges reversed.
  */
 #include "graph.h"
+#include "schedule.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -238,9 +239,6 @@ int ps_graph_build(const struct ps_spec *spec, const struct ps_model *model,
                            "limit is %u",
                            m, n, (double)est_nodes, PS_GRAPH_MAX_NODES);
     if (opts->schedule != PS_SCHED_GPIPE) {
-        extern int ps_schedule_build(const struct ps_spec *, const struct ps_model *,
-                                     const struct ps_graph_opts *, struct ps_graph **,
-                                     struct ps_diag *);
         return ps_schedule_build(spec, model, opts, out, diag);
     }
 
@@ -483,6 +481,8 @@ int ps_graph_build(const struct ps_spec *spec, const struct ps_model *model,
     }
     free(byc);
     free(order);
+    /* loss.backward() starts once the loss exists */
+    ps_graph_add_edge(g, loss, g->root, PS_EDGE_DATA);
     free(b.seq);
     free(b.cur);
     free(b.cs);

@@ -1,15 +1,95 @@
-/* pipescope CLI entry point: a command table, one file per subcommand. */
+/* pipescope: git-style subcommands over one command table (uftrace's layout).
+ *
+ *   pipescope COMMAND SPEC [--json FILE] [--trace FILE] [--svg FILE] [-o DIR] [-q|-v] [options]
+ */
 #include <stdio.h>
 #include <string.h>
 
+#include "cli.h"
 #include "ps_config.h"
+
+static int cmd_version(struct ps_cli *cli)
+{
+    printf("pipescope %s\n", PS_VERSION);
+    for (int k = 0; k < cli->argc; k++)
+        if (strcmp(cli->argv[k], "--build-options") == 0) {
+            printf("backends: cpu%s\n", PS_HAVE_CUDA ? " cuda" : "");
+            printf("cuda: %s\n", PS_HAVE_CUDA ? "built (nvcc, cuBLAS, CUPTI)"
+                                              : "not built (no nvcc at configure time)");
+        }
+    return 0;
+}
+
+const struct ps_cmd ps_commands[] = {
+    {"check", "static checks: cycles, ordering invariants, races, memory, no-phony what-if",
+     "check SPEC [--json FILE]", ps_cmd_check},
+    {"graph", "the task graph as DOT/SVG/JSON, or the engine's execution order",
+     "graph SPEC [--order] [--forward|--backward|--all] [--tasks] [--dot FILE] [--svg FILE] "
+     "[--json FILE] [--no-phony]",
+     ps_cmd_graph},
+    {"version", "version and build options", "version [--build-options]", cmd_version},
+    {NULL, NULL, NULL, NULL},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: pipescope COMMAND SPEC [options]\n\ncommands:\n");
+    for (const struct ps_cmd *c = ps_commands; c->name; c++)
+        fprintf(f, "  %-9s %s\n", c->name, c->summary);
+    fprintf(f, "\nshared options: --json FILE (- for stdout), --trace FILE, --svg FILE, -o DIR, "
+               "-q, -v\n'pipescope help COMMAND' shows a command's options.\n");
+}
 
 int main(int argc, char **argv)
 {
-    if (argc > 1 && strcmp(argv[1], "version") == 0) {
-        printf("pipescope %s\n", PS_VERSION);
+    if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? PS_EXIT_INPUT : 0;
+    }
+    if (strcmp(argv[1], "help") == 0) {
+        for (const struct ps_cmd *c = ps_commands; c->name && argc > 2; c++)
+            if (strcmp(c->name, argv[2]) == 0) {
+                printf("usage: pipescope %s\n  %s\n", c->usage, c->summary);
+                return 0;
+            }
+        usage(stdout);
         return 0;
     }
-    fprintf(stderr, "usage: pipescope COMMAND SPEC [options]\n");
-    return 2;
+    const struct ps_cmd *cmd = NULL;
+    for (const struct ps_cmd *c = ps_commands; c->name; c++)
+        if (strcmp(c->name, argv[1]) == 0) cmd = c;
+    if (!cmd) {
+        fprintf(stderr, "pipescope: unknown command '%s'\n", argv[1]);
+        usage(stderr);
+        return PS_EXIT_INPUT;
+    }
+    /* shared options; the rest goes to the command */
+    struct ps_cli cli = {.cmd = cmd->name};
+    static char *rest[4096];
+    int nrest = 0;
+    for (int k = 2; k < argc; k++) {
+        const char *a = argv[k];
+        const char **slot = NULL;
+        if (!strcmp(a, "--json")) slot = &cli.json;
+        else if (!strcmp(a, "--trace")) slot = &cli.trace;
+        else if (!strcmp(a, "--svg")) slot = &cli.svg;
+        else if (!strcmp(a, "-o")) slot = &cli.outdir;
+        if (slot) {
+            if (k + 1 >= argc) {
+                fprintf(stderr, "pipescope %s: option %s needs a value\n", cmd->name, a);
+                return PS_EXIT_INPUT;
+            }
+            *slot = argv[++k];
+            continue;
+        }
+        if (!strcmp(a, "-q")) cli.verbosity = -1;
+        else if (!strcmp(a, "-v")) cli.verbosity = 1;
+        else if (a[0] != '-' && !cli.spec_path && strcmp(cmd->name, "version") != 0)
+            cli.spec_path = a;
+        else if (nrest < (int)(sizeof(rest) / sizeof(rest[0])))
+            rest[nrest++] = argv[k];
+    }
+    cli.argc = nrest;
+    cli.argv = rest;
+    return cmd->run(&cli);
 }

@@ -1,0 +1,146 @@
+/* cli/common: loading a spec into a context, shared option parsing, messages. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+int ps_cli_fail(const struct ps_diag *d, int code)
+{
+    char buf[PS_DIAG_WHERE_MAX + 2 * PS_DIAG_MSG_MAX + 32];
+    fprintf(stderr, "pipescope: %s\n", ps_diag_format(d, buf, sizeof(buf)));
+    return code ? code : PS_EXIT_INPUT;
+}
+
+int ps_cli_usage(const struct ps_cli *cli, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "pipescope %s: ", cli->cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, " (see 'pipescope help %s')\n", cli->cmd);
+    va_end(ap);
+    return PS_EXIT_INPUT;
+}
+
+void ps_cli_warn(const struct ps_cli *cli, const char *fmt, ...)
+{
+    if (cli->verbosity < 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "pipescope: warning: ");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+void ps_cli_info(const struct ps_cli *cli, const char *fmt, ...)
+{
+    if (cli->verbosity < 1) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+int ps_ctx_rebuild(struct ps_ctx *ctx, const struct ps_graph_opts *opts, struct ps_diag *d)
+{
+    ps_order_finish(&ctx->order);
+    ps_graph_destroy(ctx->graph);
+    ctx->graph = NULL;
+    struct ps_graph_opts o;
+    if (!opts) {
+        ps_graph_opts_from_spec(ctx->spec, &o);
+        opts = &o;
+    }
+    int rc = ps_graph_build(ctx->spec, ctx->model, opts, &ctx->graph, d);
+    if (rc) return rc;
+    rc = ps_engine_order(ctx->graph, &ctx->order, d);
+    return rc == -EDEADLK ? 0 : rc;
+}
+
+int ps_ctx_load(struct ps_ctx *ctx, const struct ps_cli *cli, const struct ps_graph_opts *opts)
+{
+    memset(ctx, 0, sizeof(*ctx));
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    if (!cli->spec_path) return ps_cli_usage(cli, "missing SPEC");
+    if (ps_spec_load(cli->spec_path, &ctx->spec, &d)) return ps_cli_fail(&d, PS_EXIT_INPUT);
+    for (int k = 0; k < ctx->spec->n_warnings; k++)
+        ps_cli_warn(cli, "%s", ctx->spec->warnings[k]);
+    if (ps_model_build(ctx->spec, &ctx->model, &d)) {
+        ps_ctx_finish(ctx);
+        return ps_cli_fail(&d, PS_EXIT_INPUT);
+    }
+    if (ps_ctx_rebuild(ctx, opts, &d)) {
+        ps_ctx_finish(ctx);
+        return ps_cli_fail(&d, PS_EXIT_INPUT);
+    }
+    return 0;
+}
+
+void ps_ctx_finish(struct ps_ctx *ctx)
+{
+    ps_order_finish(&ctx->order);
+    ps_graph_destroy(ctx->graph);
+    ps_model_destroy(ctx->model);
+    ps_spec_destroy(ctx->spec);
+    memset(ctx, 0, sizeof(*ctx));
+}
+
+const char *ps_cli_arg(struct ps_cli *cli, int *k, const char *name)
+{
+    const char *a = cli->argv[*k];
+    size_t n = strlen(name);
+    if (strncmp(a, name, n) != 0) return NULL;
+    if (a[n] == '=') return a + n + 1;
+    if (a[n] != '\0') return NULL;
+    if (*k + 1 >= cli->argc) return "";
+    return cli->argv[++*k];
+}
+
+bool ps_cli_flag(struct ps_cli *cli, int k, const char *name)
+{
+    return strcmp(cli->argv[k], name) == 0;
+}
+
+int ps_cli_int_list(const char *s, int **out)
+{
+    int n = 1;
+    for (const char *p = s; *p; p++) n += *p == ',';
+    int *v = calloc((size_t)n, sizeof(int));
+    if (!v) return -1;
+    int k = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long x = strtol(p, &end, 10);
+        if (end == p || errno || x < 1 || x > 1000000 || (*end && *end != ',')) {
+            free(v);
+            return -1;
+        }
+        v[k++] = (int)x;
+        p = *end ? end + 1 : end;
+    }
+    if (k == 0) {
+        free(v);
+        return -1;
+    }
+    *out = v;
+    return k;
+}
+
+const char *ps_cli_bytes(double b, char *buf, int len)
+{
+    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int k = 0;
+    while (b >= 1024 && k < 4) {
+        b /= 1024;
+        k++;
+    }
+    snprintf(buf, len, k ? "%.1f %s" : "%.0f %s", b, u[k]);
+    return buf;
+}

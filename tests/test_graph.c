@@ -1,0 +1,262 @@
+/* Tests of graph, engine and analysis against hand-worked cases.
+ *
+ * The m=2, n=2, except_last case is worked out by hand in the comments below: node and edge
+ * counts, the sequence numbers each thread assigns, and the backward order the engine takes.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "analysis.h"
+#include "engine.h"
+#include "graph.h"
+#include "model.h"
+#include "spec.h"
+
+struct fix {
+    struct ps_spec *spec;
+    struct ps_model *model;
+    struct ps_graph *g;
+    struct ps_order o;
+};
+
+static void load(struct fix *f, int m, int n, const char *ckpt, bool phony, const char *variant,
+                 const char *devices)
+{
+    char json[4096], layers[2048] = "", bal[512] = "";
+    for (int j = 0; j < n; j++) {
+        strcat(layers, j ? "," : "");
+        strcat(layers, "{\"op\":\"linear\",\"out\":4},{\"op\":\"relu\"}");
+        strcat(bal, j ? ",2" : "2");
+    }
+    snprintf(json, sizeof(json),
+             "{\"pipescope\":1,\"batch\":%d,\"model\":{\"input\":[4],\"layers\":[%s],"
+             "\"loss\":\"sum\"},\"pipeline\":{\"balance\":[%s],\"chunks\":%d,"
+             "\"checkpoint\":\"%s\",\"phony\":%s,\"variant\":\"%s\"%s}}",
+             2 * m, layers, bal, m, ckpt, phony ? "true" : "false", variant, devices);
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    memset(f, 0, sizeof(*f));
+    int rc = ps_spec_parse(json, "t.json", ".", &f->spec, &d);
+    if (rc) fprintf(stderr, "%s: %s\n", d.where, d.msg);
+    assert_int_equal(rc, 0);
+    assert_int_equal(ps_model_build(f->spec, &f->model, &d), 0);
+    struct ps_graph_opts o;
+    ps_graph_opts_from_spec(f->spec, &o);
+    assert_int_equal(ps_graph_build(f->spec, f->model, &o, &f->g, &d), 0);
+    assert_int_equal(ps_graph_validate(f->g, &d), 0);
+    assert_int_equal(ps_engine_order(f->g, &f->o, &d), 0);
+}
+
+static void cpu_devices(int n, char *buf)
+{
+    strcpy(buf, ",\"devices\":[");
+    for (int j = 0; j < n; j++) strcat(buf, j ? ",\"cpu\"" : "\"cpu\"");
+    strcat(buf, "]");
+}
+
+static void unload(struct fix *f)
+{
+    ps_order_finish(&f->o);
+    ps_graph_destroy(f->g);
+    ps_model_destroy(f->model);
+    ps_spec_destroy(f->spec);
+}
+
+static uint32_t count_edges(const struct ps_graph *g, enum ps_edge_kind k)
+{
+    uint32_t c = 0;
+    for (uint32_t e = 0; e < g->n_edges; e++) c += g->edges[e].kind == k;
+    return c;
+}
+
+static void task_order(const struct fix *f, char *out, size_t len)
+{
+    out[0] = '\0';
+    char name[64];
+    for (uint32_t k = 0; k < f->o.n; k++) {
+        if (!ps_node_is_task(&f->g->nodes[f->o.node[k]])) continue;
+        ps_node_name(f->g, f->o.node[k], name, sizeof(name));
+        if (strlen(out) + strlen(name) + 2 < len) {
+            strcat(out, out[0] ? " " : "");
+            strcat(out, name);
+        }
+    }
+}
+
+/* m=2, n=2, except_last (stop 1), phony, one cpu device.
+ * Forward nodes: F 4, C 2, W 2, Wo 2, fork/join 2 each (tasks (1,0) and (1,1)), rfork/r/rjoin
+ * for micro-batch 0 on both partitions (6), loss 1: 21; with backward twins 42.
+ * Forward data edges: fork(0,0) 1, C 2, W 2, F 3 (F(0,0) reads the raw input), Wo 2,
+ * fork(0,1) 1, join(1,1) 1 (join(1,0) joins into the raw input), rfork 2, r(0,1) 1 (its
+ * task input W(0,1); r(0,0)'s input is the raw input), rjoin 2, loss 2 = 19; phony: join 2,
+ * r 2, rjoin 2 = 6. Backward twins repeat them reversed, and loss -> loss' starts backward:
+ * data 19 + 19 + 1 = 39, phony 12. */
+static void test_counts_m2n2(void **state)
+{
+    (void)state;
+    struct fix f;
+    char dev[256];
+    cpu_devices(2, dev);
+    load(&f, 2, 2, "except_last", true, "torchgpipe", dev);
+    assert_int_equal(f.g->n_nodes, 42);
+    assert_int_equal(count_edges(f.g, PS_EDGE_DATA), 39);
+    assert_int_equal(count_edges(f.g, PS_EDGE_PHONY), 12);
+    assert_int_equal(f.g->checkpoint_stop, 1);
+    unload(&f);
+}
+
+/* Sequence numbers (main M, worker W): tick 0: F(0,0)=W0, Wo(0,0)=M0, rfork M1, r M2, rjoin M3;
+ * tick 1: fork(0,0) M4, join(1,0) M5, C(0,0->1) M6, W(0,1) M7, F(1,0)=W1..W3, F(0,1)=W4,
+ * Wo(1,0) M8, rfork(0,1) M9, r(0,1) M10, rjoin(0,1) M11; tick 2: fork(0,1) M12, join(1,1) M13,
+ * C(1,0->1) M14, W(1,1) M15, F(1,1)=W5..W7; loss M16..M17.
+ * Backward by hand: loss' -> B(1,1) (7,6,5) -> W'(1,1) 15 -> C' 14 -> join'(1,1) 13 makes
+ * Wo'(1,0) 8 and fork'(0,1) 12 ready; 12 -> rjoin'(0,1) 11 -> R(0,1) 10 -> rfork'(0,1) 9 ->
+ * B(0,1) ready (4) beside Wo'(1,0) 8: 8 runs, B(1,0) ready (3); 4 runs: B(0,1); then W'(0,1) 7,
+ * C' 6, B(1,0) 3..1, join'(1,0) 5, fork'(0,0) 4, rjoin' 3, R(0,0) 2, rfork' 1, Wo'(0,0) 0,
+ * B(0,0). */
+static void test_engine_order_m2n2(void **state)
+{
+    (void)state;
+    struct fix f;
+    char dev[256], got[1024];
+    cpu_devices(2, dev);
+    load(&f, 2, 2, "except_last", true, "torchgpipe", dev);
+    task_order(&f, got, sizeof(got));
+    assert_string_equal(got, "F(0,0) F(1,0) F(0,1) F(1,1) B(1,1) R(0,1) B(0,1) B(1,0) R(0,0) "
+                             "B(0,0)");
+    unload(&f);
+}
+
+static void test_analysis_ok_and_nophony(void **state)
+{
+    (void)state;
+    struct fix f;
+    char dev[256];
+    cpu_devices(3, dev);
+    load(&f, 4, 3, "except_last", true, "torchgpipe", dev);
+    struct ps_analysis a;
+    struct ps_diag d;
+    assert_int_equal(ps_analysis_run(f.g, &f.o, NULL, &a, &d), 0);
+    assert_true(a.ok);
+    assert_int_equal(a.checked[PS_CHECK_FORWARD_ORDER], 3 * 3);
+    assert_int_equal(a.checked[PS_CHECK_BACKWARD_ORDER], 3 * 3);
+    /* R(i,j) hb B(i,j) for the 3 checkpointed micro-batches, B(i+1,j) hb R(i,j) for all 3 */
+    assert_int_equal(a.checked[PS_CHECK_RECOMPUTE], 3 * 3 + 3 * 3);
+    assert_true(a.checked[PS_CHECK_RACE] > 0);
+    ps_analysis_finish(&a);
+    unload(&f);
+
+    load(&f, 4, 3, "except_last", false, "torchgpipe", dev);
+    assert_int_equal(ps_analysis_run(f.g, &f.o, NULL, &a, &d), 0);
+    assert_false(a.ok);
+    /* without depend() nothing orders backward of different micro-batches */
+    assert_int_equal(a.per_check[PS_CHECK_BACKWARD_ORDER], 3 * 3);
+    assert_true(a.per_check[PS_CHECK_RECOMPUTE] > 0);
+    /* forward order still holds: the host's clock-cycle barrier */
+    assert_int_equal(a.per_check[PS_CHECK_FORWARD_ORDER], 0);
+    ps_analysis_finish(&a);
+    unload(&f);
+
+    /* fairscale skips depend() on partition 0 only */
+    load(&f, 4, 3, "never", true, "fairscale", dev);
+    assert_int_equal(ps_analysis_run(f.g, &f.o, NULL, &a, &d), 0);
+    assert_int_equal(a.per_check[PS_CHECK_BACKWARD_ORDER], 3);
+    for (uint32_t k = 0; k < a.n_kept; k++)
+        if (a.v[k].check == PS_CHECK_BACKWARD_ORDER) assert_int_equal(f.g->nodes[a.v[k].a].part, 0);
+    ps_analysis_finish(&a);
+    unload(&f);
+}
+
+static void test_race_detected(void **state)
+{
+    (void)state;
+    struct fix f;
+    char dev[256];
+    cpu_devices(2, dev);
+    load(&f, 2, 2, "never", true, "torchgpipe", dev);
+    /* break the event of W(1,1): compute no longer waits for the copy stream */
+    for (uint32_t v = 0; v < f.g->n_nodes; v++) {
+        struct ps_node *nd = &f.g->nodes[v];
+        if (nd->kind == PS_NODE_WAIT && nd->role == PS_ROLE_IN && nd->phase == PS_PHASE_FWD &&
+            nd->mb == 1 && nd->part == 1)
+            nd->wait_on = -1;
+    }
+    struct ps_analysis a;
+    struct ps_diag d;
+    assert_int_equal(ps_analysis_run(f.g, &f.o, NULL, &a, &d), 0);
+    assert_int_equal(a.per_check[PS_CHECK_RACE], 1);
+    char n1[64], n2[64];
+    for (uint32_t k = 0; k < a.n_kept; k++)
+        if (a.v[k].check == PS_CHECK_RACE) {
+            assert_string_equal(ps_node_name(f.g, a.v[k].a, n1, sizeof(n1)), "C(1,0->1)");
+            assert_string_equal(ps_node_name(f.g, a.v[k].b, n2, sizeof(n2)), "F(1,1)");
+        }
+    ps_analysis_finish(&a);
+    unload(&f);
+}
+
+static void test_cycle_reported(void **state)
+{
+    (void)state;
+    struct fix f;
+    char dev[256];
+    cpu_devices(2, dev);
+    load(&f, 2, 2, "never", true, "torchgpipe", dev);
+    /* B(0,0) before F(1,1): F(1,1) -> ... -> B(0,0) already holds, so this closes a cycle */
+    ps_graph_add_edge(f.g, f.g->bwd[0], f.g->fwd[3], PS_EDGE_HOST);
+    assert_int_equal(ps_graph_finalize(f.g), 0);
+    struct ps_analysis a;
+    struct ps_diag d;
+    assert_int_equal(ps_analysis_run(f.g, NULL, NULL, &a, &d), 0);
+    assert_false(a.ok);
+    assert_int_equal(a.per_check[PS_CHECK_CYCLE], 1);
+    assert_true(a.cycle_len >= 2);
+    /* every consecutive pair of the reported cycle is an edge */
+    for (uint32_t k = 0; k < a.cycle_len; k++) {
+        uint32_t x = a.cycle[k], y = a.cycle[(k + 1) % a.cycle_len];
+        bool found = false;
+        for (uint32_t q = f.g->out_off[x]; q < f.g->out_off[x + 1]; q++)
+            found |= f.g->edges[f.g->out_edge[q]].dst == y;
+        assert_true(found);
+    }
+    ps_analysis_finish(&a);
+    unload(&f);
+}
+
+/* Peak memory of one partition, checkpoint never, m micro-batches: all m activations are alive
+ * when backward starts, so the peak is m x saved bytes of a micro-batch. */
+static void test_memory_never(void **state)
+{
+    (void)state;
+    struct fix f;
+    char dev[256];
+    cpu_devices(1, dev);
+    load(&f, 4, 1, "never", true, "torchgpipe", dev);
+    struct ps_analysis a;
+    struct ps_diag d;
+    assert_int_equal(ps_analysis_run(f.g, &f.o, NULL, &a, &d), 0);
+    int64_t per_mb = f.model->parts[0].saved_bytes * 2;
+    assert_int_equal(a.mem[0].peak_bytes, 4 * per_mb);
+    ps_analysis_finish(&a);
+    unload(&f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_counts_m2n2),
+        cmocka_unit_test(test_engine_order_m2n2),
+        cmocka_unit_test(test_analysis_ok_and_nophony),
+        cmocka_unit_test(test_race_detected),
+        cmocka_unit_test(test_cycle_reported),
+        cmocka_unit_test(test_memory_never),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
