@@ -12,6 +12,7 @@
 #ifndef PS_MODEL_H
 #define PS_MODEL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "diag.h"
@@ -24,11 +25,17 @@ struct ps_layer_info {
     int64_t params;              /* trainable parameter count */
     int64_t buffers;             /* running stats etc. */
     double fwd_flops;            /* per sample */
-    double fwd_bytes;            /* per sample, fp32: reads + writes of activations and params */
+    double fwd_bytes;            /* per sample, fp32: reads + writes of activations (weights: below) */
     double bwd_flops;            /* per sample (input grad + weight grad) */
     double bwd_bytes;
     int64_t saved_bytes;         /* per sample: what autograd keeps for backward */
     int autograd_nodes;          /* nodes PyTorch 1.13 creates in a forward with grad */
+    /* Added by model.c: fp32 bytes of weights (and BN running stats) moved once per call,
+     * independent of the number of samples; fwd_bytes/bwd_bytes above count activations only.
+     * A call on b samples moves b * fwd_bytes + fwd_param_bytes. */
+    double fwd_param_bytes, bwd_param_bytes;
+    int64_t channels;            /* C of [C,H,W] or F of [F] at the input (BN: its features) */
+    bool in_requires_grad;       /* some tensor feeding this layer requires grad */
 };
 
 struct ps_partition_info {
@@ -38,6 +45,7 @@ struct ps_partition_info {
     int64_t in_numel, out_numel; /* boundary tensors, per sample */
     int64_t saved_bytes;         /* per sample, all layers of the partition */
     int autograd_nodes;
+    double fwd_param_bytes, bwd_param_bytes; /* per call (added by model.c) */
 };
 
 struct ps_model {
