@@ -1,0 +1,124 @@
+/* exec: runs the task graph for real and reports what happened (ARCHITECTURE.md, "exec").
+ *
+ * Two parts:
+ *   state (state.c)     the model's parameters and buffers, by layer, in PyTorch's state_dict
+ *                       naming: loaded from a folder of .npy files or initialised from a seed
+ *                       like PyTorch's defaults, and saved back the same way.
+ *   executor (exec_cpu.c)  `train.steps` SGD steps; each step runs every node of the graph in the
+ *                       order of a struct ps_order (the autograd engine's order by default):
+ *                       F(i,j) partition forwards, the loss on the gathered output, R(i,j)
+ *                       recomputes and B(i,j) backwards, then p -= lr * grad for every parameter.
+ *
+ * The executor reproduces torchgpipe's numerics (SEMANTICS.md sections 5 and 7): a checkpointed
+ * F runs without recording (its activations are dropped, only its input is kept) and R re-runs it
+ * with grad on, with the same dropout mask, just before B; BatchNorm running statistics change
+ * according to spec->batchnorm, and every change is logged (struct ps_bn_update) in the order it
+ * happened. The measured timeline (one record per executed F/B/R node, CLOCK_MONOTONIC, of the
+ * LAST step, relative to that step's start) uses the simulator's record format.
+ *
+ * Seeded initialisation (own RNG, PyTorch's distributions, reproducible across machines):
+ *   linear / conv2d weight and bias   uniform(-1/sqrt(fan_in), 1/sqrt(fan_in))
+ *                                     (= kaiming_uniform_(a=sqrt(5)) for the weight), fan_in =
+ *                                     in features, or c_in * k * k
+ *   batchnorm                         weight 1, bias 0, running_mean 0, running_var 1, nbt 0
+ * The uniforms come from a splitmix64 counter generator keyed by (seed, layer, tensor, element).
+ */
+#ifndef PS_EXEC_H
+#define PS_EXEC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "diag.h"
+#include "engine.h"
+#include "graph.h"
+#include "model.h"
+#include "spec.h"
+#include "trace.h"
+
+/* ---- state: parameters and buffers (state.c) ----------------------------------------------- */
+
+/* One layer's tensors; NULL when the layer has none. Gradients have the parameters' shapes. */
+struct ps_layer_state {
+    float *weight, *bias;           /* linear [out,in]/[out], conv [out,cin,k,k]/[out], BN [C]/[C] */
+    float *dweight, *dbias;
+    int64_t n_weight, n_bias;       /* element counts */
+    float *running_mean, *running_var; /* BN [C] */
+    int64_t num_batches_tracked;       /* BN */
+    int64_t channels;                  /* BN: C */
+    /* DeferredBatchNorm tracking (persists across steps, as torchgpipe's module attributes) */
+    double *sum, *sum_sq;
+    int64_t count;                     /* elements per channel tracked so far */
+    int tracked;                       /* micro-batches tracked since the last commit */
+};
+
+struct ps_state {
+    int n_layers;
+    struct ps_layer_state *layers;
+};
+
+/* Loads spec->weights when set (every tensor of the state_dict must be there, with the right
+ * shape and dtype: float for parameters and running stats, integer for num_batches_tracked),
+ * else initialises from `seed` as described above. Errors name the file. Returns 0 or -errno. */
+int ps_state_init(struct ps_state *st, const struct ps_spec *spec, const struct ps_model *model,
+                  uint64_t seed, struct ps_diag *d);
+/* Writes every tensor as DIR/<layer>.<name>.npy (float32; num_batches_tracked int64 scalar).
+ * The folder is written as DIR.tmp, then renamed over DIR (an old DIR is replaced). */
+int ps_state_save(const struct ps_state *st, const struct ps_spec *spec,
+                  const struct ps_model *model, const char *dir, struct ps_diag *d);
+void ps_state_zero_grad(struct ps_state *st);
+void ps_state_finish(struct ps_state *st); /* accepts a zeroed struct */
+
+/* ---- executor (exec_cpu.c) ------------------------------------------------------------------ */
+
+enum ps_backend { PS_BACKEND_CPU, PS_BACKEND_CUDA };
+
+enum ps_bn_phase {
+    PS_BN_PHASE_FORWARD,   /* plain / grad-only: a training forward updated the running stats */
+    PS_BN_PHASE_RECOMPUTE, /* plain / grad-only: the recompute R(i,j) updated them */
+    PS_BN_PHASE_COMMIT,    /* deferred: the pooled statistics were committed */
+};
+
+/* One change of one BN layer's running statistics. mean/var are the statistics fed into the
+ * EMA (plain: micro-batch mean and UNBIASED variance; commit: pooled mean and BIASED variance),
+ * factor is the EMA factor a, count the elements per channel they were computed from. */
+struct ps_bn_update {
+    int32_t layer, step, mb;
+    uint8_t phase;     /* enum ps_bn_phase */
+    uint32_t node;     /* graph node that ran it (F or R) */
+    int64_t count;
+    double factor;
+    float *mean, *var; /* channels each, owned by the result */
+};
+
+struct ps_exec_opts {
+    enum ps_backend backend;
+    int steps;       /* 0 = spec->steps */
+    bool trace;      /* record the timeline of the last step */
+};
+
+struct ps_exec_result {
+    int steps;
+    double *loss;        /* per step */
+    double *step_us;     /* wall time per step */
+    double total_us;
+    struct ps_state state; /* after the last step */
+    uint32_t n_bn, cap_bn;
+    struct ps_bn_update *bn;
+    struct ps_trace trace; /* PS_TRACE_CPU */
+};
+
+void ps_exec_opts_init(struct ps_exec_opts *o); /* cpu, spec steps, trace on */
+
+/* Runs the training. `order` NULL = the engine order of g (computed here). The data is loaded
+ * from the spec (data.h). Returns 0, -ENOTSUP for the cuda backend when it is not built, or a
+ * negative errno with diag (bad weights or data name the file). res is valid only on success. */
+int ps_exec_run(const struct ps_graph *g, const struct ps_order *order,
+                const struct ps_exec_opts *o, struct ps_exec_result *res, struct ps_diag *d);
+void ps_exec_result_finish(struct ps_exec_result *res); /* accepts a zeroed struct */
+
+/* Whether a backend can run here; on false, why (diag) — e.g. "not built: no nvcc at build time". */
+bool ps_exec_backend_available(enum ps_backend b, struct ps_diag *d);
+const char *ps_bn_phase_name(enum ps_bn_phase p);
+
+#endif

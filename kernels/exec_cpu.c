@@ -1,0 +1,667 @@
+/* exec_cpu: the `cpu` executor. Runs the task graph node by node in the order of a ps_order,
+ * with the reference kernels of kernels/cpu, and reproduces torchgpipe's numerics.
+ *
+ * Buffers (allocated once per run, indexed by micro-batch i and layer l, L layers):
+ *
+ *     act[i][0] --layer 0--> act[i][1] --layer 1--> ... --layer L-1--> act[i][L]   (output)
+ *     grad[i][l] = dLoss/d act[i][l], written by B from grad[i][l+1]
+ *     saved[i][l] = what layer l keeps for backward: BN mean/invstd, pool indices, dropout mask
+ *
+ * Partition j owns layers [f, f+c). Its boundary tensors act[i][f] (input) and act[i][f+c]
+ * (output, the next partition's input) always stay; the copies between partitions are no-ops
+ * (one address space) and are not timed.
+ *
+ * Invariants per step:
+ *   E1. live[i][l] says whether layer l's output and saved tensors for micro-batch i are those of
+ *       a forward with grad. A checkpointed F(i,j) runs with grad off and then drops them (live =
+ *       false, as torchgpipe keeps only the input); R(i,j) re-runs the forward with grad on and
+ *       makes them live; B(i,j) refuses to run on anything not live.
+ *   E2. BatchNorm running statistics change only as SEMANTICS.md section 7 says for
+ *       spec->batchnorm, and every change appends one ps_bn_update, in execution order:
+ *         plain      every training forward, grad or not (F, and R again)     TRAIN
+ *         deferred   F only (never R): accumulate; commit when `chunks` micro-batches were
+ *                    tracked (the count persists across steps, as torchgpipe's module state)
+ *         grad-only  forwards with grad only: F of a non-checkpointed task, and R
+ *   E3. Dropout masks are a pure function of (seed, step, layer, micro-batch), so R reproduces
+ *       F's mask exactly (torchgpipe restores the RNG state for the same effect).
+ *   E4. The loss is that of the gathered mini-batch (sum | mse mean | cross_entropy mean over all
+ *       N samples), computed per micro-batch with the mini-batch's normaliser, so the gradient of
+ *       micro-batch i is ready as soon as its output is.
+ *   E5. Parameter gradients accumulate over micro-batches and are zeroed before each step; the
+ *       SGD step p -= lr * grad runs after every node of the order has run.
+ */
+#include "exec.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cpu/kernels.h"
+#include "data.h"
+#include "ps_config.h"
+
+struct saved {
+    float *bn_mean, *bn_invstd; /* BN: C each */
+    int32_t *idx;               /* maxpool: per output element */
+    uint8_t *mask;              /* dropout: per element */
+};
+
+struct exec {
+    const struct ps_graph *g;
+    const struct ps_spec *spec;
+    const struct ps_model *model;
+    struct ps_exec_result *res;
+    struct ps_diag *d;
+    int L, m, n, step, chunks;
+    int ckpt_stop;
+    int64_t batch, *mb_off, *mb_size;
+    float **act, **grad;     /* [(i * (L + 1)) + l] */
+    struct saved *saved;     /* [i * L + l] */
+    bool *live;              /* [i * L + l] */
+    float *xbatch, *rows;    /* the step's mini-batch */
+    int64_t *labels;
+    double *mb_loss;         /* per micro-batch contribution to the loss */
+    bool *loss_done;         /* per micro-batch: loss and output gradient computed */
+    double *tmp_mean, *tmp_var; /* BN statistics for the log (max channels) */
+    struct timespec t0;      /* start of the step */
+};
+
+static double now_us(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) * 1e6 + (double)(t.tv_nsec - t0->tv_nsec) * 1e-3;
+}
+
+static size_t act_numel(const struct exec *ex, int i, int l)
+{
+    int64_t per = l < ex->L ? ex->model->layers[l].in_numel : ex->model->out_numel;
+    return (size_t)(per * ex->mb_size[i]);
+}
+
+#define ACT(ex, i, l) ((ex)->act[(size_t)(i) * (size_t)((ex)->L + 1) + (size_t)(l)])
+#define GRAD(ex, i, l) ((ex)->grad[(size_t)(i) * (size_t)((ex)->L + 1) + (size_t)(l)])
+#define SAVED(ex, i, l) (&(ex)->saved[(size_t)(i) * (size_t)(ex)->L + (size_t)(l)])
+#define LIVE(ex, i, l) ((ex)->live[(size_t)(i) * (size_t)(ex)->L + (size_t)(l)])
+
+/* ---- BN log ---------------------------------------------------------------------------- */
+
+static int log_update(struct exec *ex, int l, int i, enum ps_bn_phase ph, uint32_t node,
+                      int64_t count, double factor, const double *mean, const double *var,
+                      size_t C)
+{
+    struct ps_exec_result *r = ex->res;
+    if (r->n_bn == r->cap_bn) {
+        uint32_t c = r->cap_bn ? r->cap_bn * 2 : 64;
+        struct ps_bn_update *q = realloc(r->bn, (size_t)c * sizeof(*q));
+        if (!q) return ps_diag_set(ex->d, -ENOMEM, "exec", "out of memory for the BN log");
+        r->bn = q;
+        r->cap_bn = c;
+    }
+    struct ps_bn_update *u = &r->bn[r->n_bn];
+    memset(u, 0, sizeof(*u));
+    u->layer = l;
+    u->step = ex->step;
+    u->mb = i;
+    u->phase = (uint8_t)ph;
+    u->node = node;
+    u->count = count;
+    u->factor = factor;
+    u->mean = malloc(C * sizeof(float));
+    u->var = malloc(C * sizeof(float));
+    if (!u->mean || !u->var) {
+        free(u->mean);
+        free(u->var);
+        return ps_diag_set(ex->d, -ENOMEM, "exec", "out of memory for the BN log");
+    }
+    for (size_t c = 0; c < C; c++) {
+        u->mean[c] = (float)mean[c];
+        u->var[c] = (float)var[c];
+    }
+    r->n_bn++;
+    return 0;
+}
+
+/* per-channel mean and UNBIASED variance of [n, C, S] (two passes, double) */
+static void channel_stats(const float *x, size_t n, size_t C, size_t S, double *mean, double *var)
+{
+    double m = (double)(n * S);
+    for (size_t c = 0; c < C; c++) {
+        double s = 0.0;
+        for (size_t i = 0; i < n; i++)
+            for (size_t k = 0; k < S; k++) s += x[(i * C + c) * S + k];
+        double mu = s / m, q = 0.0;
+        for (size_t i = 0; i < n; i++)
+            for (size_t k = 0; k < S; k++) {
+                double t = x[(i * C + c) * S + k] - mu;
+                q += t * t;
+            }
+        mean[c] = mu;
+        var[c] = m > 1 ? q / (m - 1) : 0.0;
+    }
+}
+
+/* ---- layers ------------------------------------------------------------------------------ */
+
+static void bn_view(struct ps_bn *bn, const struct ps_layer *l, struct ps_layer_state *ls)
+{
+    memset(bn, 0, sizeof(*bn));
+    bn->channels = (size_t)ls->channels;
+    bn->eps = (float)l->eps;
+    bn->momentum = (float)l->momentum;
+    bn->cumulative = l->momentum_null;
+    bn->weight = ls->weight;
+    bn->bias = ls->bias;
+    bn->running_mean = ls->running_mean;
+    bn->running_var = ls->running_var;
+    bn->num_batches_tracked = ls->num_batches_tracked;
+}
+
+static void pool_shape(struct ps_pool2d_shape *s, const struct ps_layer *l,
+                       const struct ps_layer_info *li, size_t n)
+{
+    s->n = n;
+    s->c = (size_t)li->in[0];
+    s->h = (size_t)li->in[1];
+    s->w = (size_t)li->in[2];
+    s->kernel = (size_t)l->kernel;
+    s->stride = (size_t)(l->stride > 0 ? l->stride : l->kernel);
+    s->padding = (size_t)l->padding;
+}
+
+static void conv_shape(struct ps_conv2d_shape *s, const struct ps_layer *l,
+                       const struct ps_layer_info *li, size_t n)
+{
+    s->n = n;
+    s->c_in = (size_t)li->in[0];
+    s->h = (size_t)li->in[1];
+    s->w = (size_t)li->in[2];
+    s->c_out = (size_t)l->out;
+    s->kh = s->kw = (size_t)l->kernel;
+    s->stride = (size_t)(l->stride > 0 ? l->stride : 1);
+    s->padding = (size_t)l->padding;
+}
+
+/* Forward of layer l for micro-batch i. grad: autograd records (a forward with grad);
+ * recompute: this is R(i,j). */
+static int layer_forward(struct exec *ex, int i, int l, bool grad, bool recompute, uint32_t node)
+{
+    const struct ps_layer *ly = &ex->spec->layers[l];
+    const struct ps_layer_info *li = &ex->model->layers[l];
+    struct ps_layer_state *ls = &ex->res->state.layers[l];
+    struct saved *sv = SAVED(ex, i, l);
+    size_t n = (size_t)ex->mb_size[i];
+    const float *x = ACT(ex, i, l);
+    float *y = ACT(ex, i, l + 1);
+    int rc = 0;
+    switch (ly->op) {
+    case PS_OP_LINEAR:
+        rc = ps_cpu_linear_forward(x, ls->weight, ls->bias, y, n, (size_t)li->in_numel,
+                                   (size_t)li->out_numel);
+        if (rc) rc = ps_diag_set(ex->d, rc, "exec", "linear layer %d: out of memory", l);
+        break;
+    case PS_OP_CONV2D: {
+        struct ps_conv2d_shape s;
+        conv_shape(&s, ly, li, n);
+        rc = ps_cpu_conv2d_forward(&s, x, ls->weight, ls->bias, y, ex->d);
+        break;
+    }
+    case PS_OP_MAXPOOL2D: {
+        struct ps_pool2d_shape s;
+        pool_shape(&s, ly, li, n);
+        rc = ps_cpu_maxpool2d_forward(&s, x, y, sv->idx, ex->d);
+        break;
+    }
+    case PS_OP_RELU: ps_cpu_relu_forward(x, y, n * (size_t)li->in_numel); break;
+    case PS_OP_FLATTEN: memcpy(y, x, n * (size_t)li->in_numel * sizeof(float)); break;
+    case PS_OP_DROPOUT: {
+        uint64_t offset = (((uint64_t)ex->step * (uint64_t)ex->L + (uint64_t)l) *
+                               (uint64_t)ex->m + (uint64_t)i);
+        ps_cpu_dropout_forward(x, y, sv->mask, n * (size_t)li->in_numel, (float)ly->p,
+                               ex->spec->seed ^ UINT64_C(0x5eed0d20), offset);
+        break;
+    }
+    case PS_OP_BATCHNORM: {
+        struct ps_bn bn;
+        bn_view(&bn, ly, ls);
+        size_t C = (size_t)ls->channels, S = (size_t)(li->in_numel / ls->channels);
+        enum ps_bn_mode mode = PS_BN_TRAIN_NO_TRACK;
+        enum ps_bn_policy pol = ex->spec->batchnorm;
+        if (pol == PS_BN_PLAIN || (pol == PS_BN_GRAD_ONLY && grad)) mode = PS_BN_TRAIN;
+        if (pol == PS_BN_DEFERRED && !recompute) {
+            /* torchgpipe DeferredBatchNorm._track, then _commit when tracked == chunks */
+            struct ps_bn_accum acc = {.channels = C, .sum = ls->sum, .sum_sq = ls->sum_sq,
+                                      .count = ls->count};
+            ps_cpu_bn_accumulate(&acc, x, n, S);
+            ls->count = acc.count;
+            ls->tracked++;
+            if (ls->tracked == ex->chunks) {
+                for (size_t c = 0; c < C; c++) {
+                    ex->tmp_mean[c] = ls->sum[c] / (double)ls->count;
+                    ex->tmp_var[c] =
+                        ls->sum_sq[c] / (double)ls->count - ex->tmp_mean[c] * ex->tmp_mean[c];
+                }
+                int64_t cnt = ls->count;
+                if ((rc = ps_cpu_bn_commit(&bn, &acc, ex->d))) break;
+                ls->count = 0;
+                ls->tracked = 0;
+                ls->num_batches_tracked = bn.num_batches_tracked;
+                rc = log_update(ex, l, i, PS_BN_PHASE_COMMIT, node, cnt,
+                                ps_cpu_bn_factor(&bn, bn.num_batches_tracked), ex->tmp_mean,
+                                ex->tmp_var, C);
+                if (rc) break;
+            }
+        }
+        if (mode == PS_BN_TRAIN) channel_stats(x, n, C, S, ex->tmp_mean, ex->tmp_var);
+        rc = ps_cpu_bn_forward(&bn, mode, x, y, n, S, sv->bn_mean, sv->bn_invstd, ex->d);
+        if (rc) {
+            char where[64];
+            snprintf(where, sizeof(where), "layer %d (batchnorm), micro-batch %d", l, i);
+            snprintf(ex->d->where, sizeof(ex->d->where), "%s", where);
+            break;
+        }
+        if (mode == PS_BN_TRAIN) {
+            ls->num_batches_tracked = bn.num_batches_tracked;
+            rc = log_update(ex, l, i, recompute ? PS_BN_PHASE_RECOMPUTE : PS_BN_PHASE_FORWARD,
+                            node, (int64_t)(n * S), ps_cpu_bn_factor(&bn, bn.num_batches_tracked),
+                            ex->tmp_mean, ex->tmp_var, C);
+        }
+        break;
+    }
+    case PS_OP__COUNT: rc = ps_diag_set(ex->d, -EINVAL, "exec", "layer %d: unknown op", l); break;
+    }
+    return rc;
+}
+
+static int layer_backward(struct exec *ex, int i, int l)
+{
+    const struct ps_layer *ly = &ex->spec->layers[l];
+    const struct ps_layer_info *li = &ex->model->layers[l];
+    struct ps_layer_state *ls = &ex->res->state.layers[l];
+    struct saved *sv = SAVED(ex, i, l);
+    size_t n = (size_t)ex->mb_size[i];
+    const float *x = ACT(ex, i, l), *y = ACT(ex, i, l + 1), *dy = GRAD(ex, i, l + 1);
+    float *dx = l > 0 ? GRAD(ex, i, l) : NULL; /* the model input needs no gradient */
+    size_t cnt = n * (size_t)li->in_numel;
+    int rc = 0;
+    switch (ly->op) {
+    case PS_OP_LINEAR:
+        rc = ps_cpu_linear_backward(x, ls->weight, dy, dx, ls->dweight, ls->dbias, n,
+                                    (size_t)li->in_numel, (size_t)li->out_numel);
+        if (rc) rc = ps_diag_set(ex->d, rc, "exec", "linear layer %d: out of memory", l);
+        break;
+    case PS_OP_CONV2D: {
+        struct ps_conv2d_shape s;
+        conv_shape(&s, ly, li, n);
+        rc = ps_cpu_conv2d_backward(&s, x, ls->weight, dy, dx, ls->dweight, ls->dbias, ex->d);
+        break;
+    }
+    case PS_OP_MAXPOOL2D: {
+        if (!dx) break;
+        struct ps_pool2d_shape s;
+        pool_shape(&s, ly, li, n);
+        ps_cpu_maxpool2d_backward(&s, dy, sv->idx, dx);
+        break;
+    }
+    case PS_OP_RELU:
+        if (dx) ps_cpu_relu_backward(y, dy, dx, cnt);
+        break;
+    case PS_OP_FLATTEN:
+        if (dx) memcpy(dx, dy, cnt * sizeof(float));
+        break;
+    case PS_OP_DROPOUT:
+        if (dx) ps_cpu_dropout_backward(dy, sv->mask, dx, cnt, (float)ly->p);
+        break;
+    case PS_OP_BATCHNORM: {
+        struct ps_bn bn;
+        bn_view(&bn, ly, ls);
+        size_t S = (size_t)(li->in_numel / ls->channels);
+        ps_cpu_bn_backward(&bn, true, x, dy, sv->bn_mean, sv->bn_invstd, dx, ls->dweight,
+                           ls->dbias, n, S);
+        break;
+    }
+    case PS_OP__COUNT: break;
+    }
+    return rc;
+}
+
+/* ---- loss (E4) ------------------------------------------------------------------------------ */
+
+static int loss_mb(struct exec *ex, int i)
+{
+    if (ex->loss_done[i]) return 0;
+    size_t n = (size_t)ex->mb_size[i], K = (size_t)ex->model->out_numel;
+    const float *out = ACT(ex, i, ex->L);
+    float *dout = GRAD(ex, i, ex->L);
+    double N = (double)ex->batch;
+    int rc = 0;
+    switch (ex->spec->loss) {
+    case PS_LOSS_SUM:
+        ex->mb_loss[i] = ps_cpu_loss_sum_forward(out, n * K);
+        ps_cpu_loss_sum_backward(dout, n * K, 1.0f);
+        break;
+    case PS_LOSS_MSE: {
+        const float *t = ex->rows + ex->mb_off[i] * (int64_t)K;
+        double share = (double)n / N;
+        ex->mb_loss[i] = ps_cpu_loss_mse_forward(out, t, n * K) * share;
+        ps_cpu_loss_mse_backward(out, t, dout, n * K, (float)share);
+        break;
+    }
+    case PS_LOSS_CROSS_ENTROPY: {
+        const int64_t *lab = ex->labels + ex->mb_off[i];
+        double share = (double)n / N, v = 0.0;
+        rc = ps_cpu_loss_cross_entropy_forward(out, lab, n, K, &v, ex->d);
+        if (!rc) rc = ps_cpu_loss_cross_entropy_backward(out, lab, dout, n, K, (float)share, ex->d);
+        ex->mb_loss[i] = v * share;
+        break;
+    }
+    }
+    ex->loss_done[i] = rc == 0;
+    return rc;
+}
+
+/* ---- tasks ----------------------------------------------------------------------------------- */
+
+static int task_forward(struct exec *ex, int i, int j, bool grad, bool recompute, uint32_t node)
+{
+    int f = ex->spec->first_layer[j], c = ex->spec->balance[j];
+    for (int l = f; l < f + c; l++) {
+        int rc = layer_forward(ex, i, l, grad, recompute, node);
+        if (rc) return rc;
+        LIVE(ex, i, l) = grad;
+    }
+    return 0;
+}
+
+static int task_backward(struct exec *ex, int i, int j, uint32_t node)
+{
+    int f = ex->spec->first_layer[j], c = ex->spec->balance[j];
+    char name[64];
+    for (int l = f; l < f + c; l++)
+        if (!LIVE(ex, i, l))
+            return ps_diag_set(ex->d, -EINVAL, "exec",
+                               "%s runs before the activations of layer %d exist (a checkpointed "
+                               "task needs its recompute first)",
+                               ps_node_name(ex->g, node, name, sizeof(name)), l);
+    if (j == ex->n - 1) {
+        int rc = loss_mb(ex, i);
+        if (rc) return rc;
+    }
+    for (int l = f + c - 1; l >= f; l--) {
+        int rc = layer_backward(ex, i, l);
+        if (rc) return rc;
+    }
+    for (int l = f; l < f + c; l++) LIVE(ex, i, l) = false; /* backward frees the graph */
+    return 0;
+}
+
+static int run_node(struct exec *ex, uint32_t v, bool record)
+{
+    const struct ps_node *nd = &ex->g->nodes[v];
+    bool timed = false;
+    double t = 0.0;
+    int rc = 0;
+    if (record && ps_node_is_task(nd)) {
+        timed = true;
+        t = now_us(&ex->t0);
+    }
+    switch ((enum ps_node_kind)nd->kind) {
+    case PS_NODE_COMPUTE:
+        if (nd->phase == PS_PHASE_FWD)
+            rc = task_forward(ex, nd->mb, nd->part, !nd->checkpointed, false, v);
+        else
+            rc = task_backward(ex, nd->mb, nd->part, v);
+        break;
+    case PS_NODE_RECOMPUTE:
+        if (nd->phase == PS_PHASE_BWD) rc = task_forward(ex, nd->mb, nd->part, true, true, v);
+        break;
+    case PS_NODE_LOSS:
+        if (nd->phase == PS_PHASE_FWD)
+            for (int i = 0; i < ex->m && rc == 0; i++) rc = loss_mb(ex, i);
+        break;
+    default: break; /* copies, waits, fork/join: no work in one address space */
+    }
+    if (timed && rc == 0) {
+        double e = now_us(&ex->t0);
+        if (ps_trace_add(&ex->res->trace, v, nd->device, nd->stream, t, e - t, NULL))
+            rc = ps_diag_set(ex->d, -ENOMEM, "exec", "out of memory for the trace");
+    }
+    return rc;
+}
+
+/* ---- setup and the step loop ----------------------------------------------------------------- */
+
+static void free_buffers(struct exec *ex)
+{
+    size_t na = (size_t)ex->m * (size_t)(ex->L + 1), ns = (size_t)ex->m * (size_t)ex->L;
+    if (ex->act)
+        for (size_t k = 0; k < na; k++) free(ex->act[k]);
+    if (ex->grad)
+        for (size_t k = 0; k < na; k++) free(ex->grad[k]);
+    if (ex->saved)
+        for (size_t k = 0; k < ns; k++) {
+            free(ex->saved[k].bn_mean);
+            free(ex->saved[k].bn_invstd);
+            free(ex->saved[k].idx);
+            free(ex->saved[k].mask);
+        }
+    free(ex->act);
+    free(ex->grad);
+    free(ex->saved);
+    free(ex->live);
+    free(ex->xbatch);
+    free(ex->rows);
+    free(ex->labels);
+    free(ex->mb_loss);
+    free(ex->loss_done);
+    free(ex->mb_off);
+    free(ex->tmp_mean);
+    free(ex->tmp_var);
+}
+
+static int alloc_buffers(struct exec *ex, const struct ps_data *dt)
+{
+    int m = ex->m, L = ex->L;
+    size_t na = (size_t)m * (size_t)(L + 1), ns = (size_t)m * (size_t)L;
+    ex->act = calloc(na, sizeof(float *));
+    ex->grad = calloc(na, sizeof(float *));
+    ex->saved = calloc(ns, sizeof(struct saved));
+    ex->live = calloc(ns, sizeof(bool));
+    ex->mb_loss = calloc((size_t)m, sizeof(double));
+    ex->loss_done = calloc((size_t)m, sizeof(bool));
+    ex->mb_off = calloc((size_t)m, sizeof(int64_t));
+    ex->xbatch = malloc((size_t)(ex->batch * dt->in_numel) * sizeof(float));
+    if (dt->labels) ex->labels = malloc((size_t)ex->batch * sizeof(int64_t));
+    if (dt->rows) ex->rows = malloc((size_t)(ex->batch * dt->out_numel) * sizeof(float));
+    int64_t maxc = 1;
+    for (int l = 0; l < L; l++)
+        if (ex->model->layers[l].channels > maxc) maxc = ex->model->layers[l].channels;
+    ex->tmp_mean = malloc((size_t)maxc * sizeof(double));
+    ex->tmp_var = malloc((size_t)maxc * sizeof(double));
+    if (!ex->act || !ex->grad || !ex->saved || !ex->live || !ex->mb_loss || !ex->loss_done ||
+        !ex->mb_off || !ex->xbatch || (dt->labels && !ex->labels) || (dt->rows && !ex->rows) ||
+        !ex->tmp_mean || !ex->tmp_var)
+        return -ENOMEM;
+    int64_t off = 0;
+    for (int i = 0; i < m; i++) {
+        ex->mb_off[i] = off;
+        off += ex->mb_size[i];
+        for (int l = 0; l <= L; l++) {
+            size_t c = act_numel(ex, i, l);
+            /* act[i][0] points into the mini-batch; the others are owned */
+            if (l > 0 && !(ACT(ex, i, l) = malloc(c * sizeof(float)))) return -ENOMEM;
+            if (l > 0 && !(GRAD(ex, i, l) = malloc(c * sizeof(float)))) return -ENOMEM;
+        }
+        for (int l = 0; l < L; l++) {
+            const struct ps_layer *ly = &ex->spec->layers[l];
+            const struct ps_layer_info *li = &ex->model->layers[l];
+            struct saved *sv = SAVED(ex, i, l);
+            size_t cnt = (size_t)ex->mb_size[i];
+            if (ly->op == PS_OP_BATCHNORM) {
+                sv->bn_mean = malloc((size_t)li->channels * sizeof(float));
+                sv->bn_invstd = malloc((size_t)li->channels * sizeof(float));
+                if (!sv->bn_mean || !sv->bn_invstd) return -ENOMEM;
+            } else if (ly->op == PS_OP_MAXPOOL2D) {
+                if (!(sv->idx = malloc(cnt * (size_t)li->out_numel * sizeof(int32_t))))
+                    return -ENOMEM;
+            } else if (ly->op == PS_OP_DROPOUT) {
+                if (!(sv->mask = malloc(cnt * (size_t)li->out_numel))) return -ENOMEM;
+            }
+        }
+    }
+    return 0;
+}
+
+void ps_exec_opts_init(struct ps_exec_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->backend = PS_BACKEND_CPU;
+    o->trace = true;
+}
+
+bool ps_exec_backend_available(enum ps_backend b, struct ps_diag *d)
+{
+    if (b == PS_BACKEND_CPU) return true;
+    if (!PS_HAVE_CUDA) {
+        ps_diag_set(d, -ENOTSUP, "--backend cuda",
+                    "the CUDA backend is not built: nvcc was not found when this pipescope "
+                    "was configured");
+        ps_diag_hint(d, "install the CUDA toolkit and reconfigure with meson -Dcuda=enabled, "
+                        "or use --backend cpu");
+        return false;
+    }
+    ps_diag_set(d, -ENOTSUP, "--backend cuda",
+                "the CUDA executor is not available in this build (no GPU runtime found)");
+    ps_diag_hint(d, "use --backend cpu");
+    return false;
+}
+
+const char *ps_bn_phase_name(enum ps_bn_phase p)
+{
+    switch (p) {
+    case PS_BN_PHASE_FORWARD: return "forward";
+    case PS_BN_PHASE_RECOMPUTE: return "recompute";
+    case PS_BN_PHASE_COMMIT: return "commit";
+    }
+    return "?";
+}
+
+void ps_exec_result_finish(struct ps_exec_result *res)
+{
+    if (!res) return;
+    free(res->loss);
+    free(res->step_us);
+    ps_state_finish(&res->state);
+    for (uint32_t k = 0; k < res->n_bn; k++) {
+        free(res->bn[k].mean);
+        free(res->bn[k].var);
+    }
+    free(res->bn);
+    ps_trace_finish(&res->trace);
+    memset(res, 0, sizeof(*res));
+}
+
+int ps_exec_run(const struct ps_graph *g, const struct ps_order *order,
+                const struct ps_exec_opts *o, struct ps_exec_result *res, struct ps_diag *d)
+{
+    memset(res, 0, sizeof(*res));
+    struct ps_exec_opts defo;
+    if (!o) {
+        ps_exec_opts_init(&defo);
+        o = &defo;
+    }
+    if (!ps_exec_backend_available(o->backend, d)) return -ENOTSUP;
+    const struct ps_spec *spec = g->spec;
+    const struct ps_model *model = g->model;
+    if (!spec || !model)
+        return ps_diag_set(d, -EINVAL, "exec", "the graph has no spec or model to run");
+    struct ps_order own;
+    memset(&own, 0, sizeof(own));
+    if (!order) {
+        int rc = ps_engine_order(g, &own, d);
+        if (rc) {
+            ps_order_finish(&own);
+            return rc;
+        }
+        order = &own;
+    }
+    struct exec ex;
+    memset(&ex, 0, sizeof(ex));
+    ex.g = g;
+    ex.spec = spec;
+    ex.model = model;
+    ex.res = res;
+    ex.d = d;
+    ex.L = spec->n_layers;
+    ex.m = g->m;
+    ex.n = g->n;
+    ex.chunks = spec->chunks;
+    ex.batch = spec->batch;
+    ex.mb_size = spec->mb_size;
+    int steps = o->steps > 0 ? o->steps : spec->steps;
+    ps_trace_init(&res->trace, PS_TRACE_CPU);
+    res->steps = steps;
+    res->loss = calloc((size_t)steps, sizeof(double));
+    res->step_us = calloc((size_t)steps, sizeof(double));
+    struct ps_data dt;
+    memset(&dt, 0, sizeof(dt));
+    int rc = 0;
+    if (!res->loss || !res->step_us) rc = ps_diag_set(d, -ENOMEM, "exec", "out of memory");
+    if (!rc) rc = ps_state_init(&res->state, spec, model, spec->seed, d);
+    if (!rc) rc = ps_data_load(spec, model, (int64_t)steps * spec->batch, &dt, d);
+    if (!rc && alloc_buffers(&ex, &dt))
+        rc = ps_diag_set(d, -ENOMEM, "exec", "out of memory for the activations");
+    /* the tasks the order must run in every step */
+    uint32_t want_f = (uint32_t)ex.m * (uint32_t)ex.n, nf = 0, nb = 0;
+    for (uint32_t k = 0; !rc && k < order->n; k++) {
+        const struct ps_node *nd = &g->nodes[order->node[k]];
+        if (nd->kind == PS_NODE_COMPUTE) *(nd->phase == PS_PHASE_FWD ? &nf : &nb) += 1;
+    }
+    if (!rc && (nf != want_f || nb != want_f))
+        rc = ps_diag_set(d, -EDEADLK, spec->path,
+                         "the execution order runs %u forward and %u backward tasks of %u; "
+                         "backward got stuck (see 'pipescope check')",
+                         nf, nb, want_f);
+    struct timespec run0;
+    clock_gettime(CLOCK_MONOTONIC, &run0);
+    for (int s = 0; s < steps && !rc; s++) {
+        ex.step = s;
+        clock_gettime(CLOCK_MONOTONIC, &ex.t0);
+        ps_data_batch(&dt, s, ex.batch, ex.xbatch, ex.labels, ex.rows);
+        for (int i = 0; i < ex.m; i++) {
+            ACT(&ex, i, 0) = ex.xbatch + ex.mb_off[i] * dt.in_numel;
+            ex.loss_done[i] = false;
+            ex.mb_loss[i] = 0.0;
+        }
+        memset(ex.live, 0, (size_t)ex.m * (size_t)ex.L * sizeof(bool));
+        ps_state_zero_grad(&res->state);
+        bool record = o->trace && s == steps - 1;
+        for (uint32_t k = 0; k < order->n && !rc; k++) rc = run_node(&ex, order->node[k], record);
+        if (rc) break;
+        double loss = 0.0;
+        for (int i = 0; i < ex.m; i++) loss += ex.mb_loss[i];
+        res->loss[s] = loss;
+        for (int l = 0; l < ex.L; l++) {
+            struct ps_layer_state *ls = &res->state.layers[l];
+            if (ls->dweight)
+                ps_cpu_sgd_step(ls->weight, ls->dweight, (size_t)ls->n_weight, (float)spec->lr);
+            if (ls->dbias)
+                ps_cpu_sgd_step(ls->bias, ls->dbias, (size_t)ls->n_bias, (float)spec->lr);
+        }
+        res->step_us[s] = now_us(&ex.t0);
+        if (!isfinite(loss))
+            rc = ps_diag_set(d, -ERANGE, spec->path, "step %d: the loss is %s", s,
+                             isnan(loss) ? "NaN" : "infinite");
+        if (rc) ps_diag_hint(d, "lower train.lr");
+    }
+    res->total_us = now_us(&run0);
+    for (int i = 0; i < ex.m && ex.act; i++) ACT(&ex, i, 0) = NULL; /* not owned */
+    free_buffers(&ex);
+    ps_data_finish(&dt);
+    ps_order_finish(&own);
+    if (rc) ps_exec_result_finish(res);
+    return rc;
+}

@@ -1,0 +1,535 @@
+/* test_exec: the CPU executor against PyTorch training runs (tests/golden/exec, made by
+ * gen_exec.py), the BN update log against SEMANTICS.md section 7's table, data loading and the
+ * state's save/load round trip.
+ *
+ * Errors vs PyTorch are normwise relative per tensor, max|got - want| / max|want| (as in
+ * test_kernels): running statistics 1e-5, parameters 1e-4, loss 1e-5 (relative, per step),
+ * num_batches_tracked exact. The largest error of each case is printed.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <zlib.h>
+
+#include "data.h"
+#include "diag.h"
+#include "engine.h"
+#include "exec.h"
+#include "graph.h"
+#include "model.h"
+#include "npy.h"
+#include "spec.h"
+
+#define TOL_STATS 1e-5
+#define TOL_PARAM 1e-4
+#define TOL_LOSS 1e-5
+
+static const char *root(void)
+{
+    const char *r = getenv("PS_SOURCE_ROOT");
+    return r ? r : ".";
+}
+
+/* ---- a loaded spec with its model, graph and order ------------------------------------------ */
+
+struct run {
+    struct ps_spec *spec;
+    struct ps_model *model;
+    struct ps_graph *graph;
+    struct ps_order order;
+    struct ps_exec_result res;
+};
+
+static void fail_diag(const struct ps_diag *d)
+{
+    char buf[4096];
+    fail_msg("%s", ps_diag_format(d, buf, sizeof(buf)));
+}
+
+static void build(struct run *r, struct ps_diag *d)
+{
+    if (ps_model_build(r->spec, &r->model, d)) fail_diag(d);
+    struct ps_graph_opts o;
+    ps_graph_opts_from_spec(r->spec, &o);
+    if (ps_graph_build(r->spec, r->model, &o, &r->graph, d)) fail_diag(d);
+    if (ps_engine_order(r->graph, &r->order, d)) fail_diag(d);
+}
+
+static void load_file(struct run *r, const char *path)
+{
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    memset(r, 0, sizeof(*r));
+    if (ps_spec_load(path, &r->spec, &d)) fail_diag(&d);
+    build(r, &d);
+}
+
+static void load_str(struct run *r, const char *json)
+{
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    memset(r, 0, sizeof(*r));
+    if (ps_spec_parse(json, "test.json", ".", &r->spec, &d)) fail_diag(&d);
+    build(r, &d);
+}
+
+static void execute(struct run *r, int steps)
+{
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    struct ps_exec_opts o;
+    ps_exec_opts_init(&o);
+    o.steps = steps;
+    if (ps_exec_run(r->graph, &r->order, &o, &r->res, &d)) fail_diag(&d);
+}
+
+static void finish(struct run *r)
+{
+    ps_exec_result_finish(&r->res);
+    ps_order_finish(&r->order);
+    ps_graph_destroy(r->graph);
+    ps_model_destroy(r->model);
+    ps_spec_destroy(r->spec);
+    memset(r, 0, sizeof(*r));
+}
+
+/* ---- goldens ------------------------------------------------------------------------------------ */
+
+static double rel_err(const float *got, const float *want, size_t n)
+{
+    double num = 0.0, den = 0.0;
+    for (size_t k = 0; k < n; k++) {
+        double e = fabs((double)got[k] - (double)want[k]);
+        if (!(e <= num)) num = isnan(e) ? INFINITY : e;
+        den = fmax(den, fabs((double)want[k]));
+    }
+    return den > 0 ? num / den : num;
+}
+
+struct golden_max {
+    double stats, param, loss;
+};
+
+static void check_tensor(const char *dir, int layer, const char *name, const float *got,
+                         int64_t n, double tol, double *maxe)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%.2000s/expected/%d.%s.npy", dir, layer, name);
+    struct ps_npy a;
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    if (ps_npy_load(path, PS_NPY_F32, &a, &d)) fail_diag(&d);
+    assert_int_equal((int64_t)a.numel, n);
+    double e = rel_err(got, a.u.f32, a.numel);
+    ps_npy_finish(&a);
+    if (e > *maxe) *maxe = e;
+    if (!(e <= tol)) fail_msg("%s: relative error %.3g > %.0e", path, e, tol);
+}
+
+static void golden_case(const char *name, struct golden_max *gm)
+{
+    char dir[PATH_MAX / 2], path[PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s/tests/golden/exec/cases/%s", root(), name);
+    snprintf(path, sizeof(path), "%s/spec.json", dir);
+    struct run r;
+    load_file(&r, path);
+    execute(&r, 0);
+    memset(gm, 0, sizeof(*gm));
+    for (int l = 0; l < r.spec->n_layers; l++) {
+        const struct ps_layer_state *ls = &r.res.state.layers[l];
+        if (ls->weight) check_tensor(dir, l, "weight", ls->weight, ls->n_weight, TOL_PARAM, &gm->param);
+        if (ls->bias) check_tensor(dir, l, "bias", ls->bias, ls->n_bias, TOL_PARAM, &gm->param);
+        if (ls->running_mean) {
+            check_tensor(dir, l, "running_mean", ls->running_mean, ls->channels, TOL_STATS,
+                         &gm->stats);
+            check_tensor(dir, l, "running_var", ls->running_var, ls->channels, TOL_STATS,
+                         &gm->stats);
+            snprintf(path, sizeof(path), "%s/expected/%d.num_batches_tracked.npy", dir, l);
+            struct ps_npy a;
+            struct ps_diag d;
+            ps_diag_clear(&d);
+            if (ps_npy_load(path, PS_NPY_I64, &a, &d)) fail_diag(&d);
+            if (a.u.i64[0] != ls->num_batches_tracked)
+                fail_msg("%s: num_batches_tracked %lld, expected %lld", path,
+                         (long long)ls->num_batches_tracked, (long long)a.u.i64[0]);
+            ps_npy_finish(&a);
+        }
+    }
+    snprintf(path, sizeof(path), "%s/loss.npy", dir);
+    struct ps_npy a;
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    if (ps_npy_load(path, PS_NPY_F32, &a, &d)) fail_diag(&d);
+    assert_int_equal((int)a.numel, r.res.steps);
+    for (int s = 0; s < r.res.steps; s++) {
+        double e = fabs(r.res.loss[s] - a.u.f32[s]) / fmax(fabs((double)a.u.f32[s]), 1e-6);
+        if (e > gm->loss) gm->loss = e;
+        if (!(e <= TOL_LOSS))
+            fail_msg("%s: step %d loss %.9g, expected %.9g", path, s, r.res.loss[s],
+                     (double)a.u.f32[s]);
+    }
+    ps_npy_finish(&a);
+    finish(&r);
+}
+
+static void test_goldens(void **state)
+{
+    (void)state;
+    char path[PATH_MAX], line[256];
+    snprintf(path, sizeof(path), "%s/tests/golden/exec/cases.txt", root());
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    int n = 0;
+    struct golden_max all = {0};
+    while (fgets(line, sizeof(line), f)) {
+        line[strcspn(line, "\n")] = '\0';
+        if (!line[0]) continue;
+        struct golden_max gm;
+        golden_case(line, &gm);
+        fprintf(stderr, "  %-26s max rel err: running stats %.2e, params %.2e, loss %.2e\n",
+                line, gm.stats, gm.param, gm.loss);
+        all.stats = fmax(all.stats, gm.stats);
+        all.param = fmax(all.param, gm.param);
+        all.loss = fmax(all.loss, gm.loss);
+        n++;
+    }
+    fclose(f);
+    fprintf(stderr, "  %d golden cases, worst: running stats %.2e, params %.2e, loss %.2e\n", n,
+            all.stats, all.param, all.loss);
+    assert_true(n >= 18);
+}
+
+/* ---- BN update order, SEMANTICS.md section 7 ------------------------------------------------------ */
+
+static const char *bn_spec(char *buf, size_t len, const char *ckpt, const char *policy, int batch)
+{
+    snprintf(buf, len,
+             "{\"pipescope\": 1, \"name\": \"bn-order\", \"batch\": %d,"
+             " \"model\": {\"input\": [6], \"layers\": ["
+             "  {\"op\": \"linear\", \"out\": 5}, {\"op\": \"batchnorm\"}, {\"op\": \"relu\"},"
+             "  {\"op\": \"linear\", \"out\": 4}, {\"op\": \"batchnorm\", \"momentum\": null},"
+             "  {\"op\": \"dropout\", \"p\": 0.25}, {\"op\": \"linear\", \"out\": 3}],"
+             "  \"loss\": \"cross_entropy\"},"
+             " \"pipeline\": {\"balance\": [2, 3, 2], \"devices\": [\"cpu\", \"cpu\", \"cpu\"],"
+             "  \"chunks\": 4, \"checkpoint\": \"%s\", \"batchnorm\": \"%s\"},"
+             " \"data\": {\"source\": \"synthetic\", \"seed\": 7},"
+             " \"train\": {\"steps\": 2, \"lr\": 0.05}}",
+             batch, ckpt, policy);
+    return buf;
+}
+
+/* expected: a string like "0f 1f 2f 3f 3r 2r 1r 0r" (mb, phase f|r|c) for ONE step */
+static void check_order(const char *ckpt, const char *policy, const char *expected)
+{
+    char js[2048];
+    struct run r;
+    load_str(&r, bn_spec(js, sizeof(js), ckpt, policy, 16));
+    execute(&r, 2);
+    for (int layer = 1; layer <= 4; layer += 3) {
+        for (int step = 0; step < 2; step++) {
+            char got[256] = "";
+            size_t o = 0;
+            for (uint32_t k = 0; k < r.res.n_bn; k++) {
+                const struct ps_bn_update *u = &r.res.bn[k];
+                if (u->layer != layer || u->step != step) continue;
+                o += (size_t)snprintf(got + o, sizeof(got) - o, "%s%d%c", o ? " " : "", u->mb,
+                                      "frc"[u->phase]);
+            }
+            if (strcmp(got, expected) != 0)
+                fail_msg("%s/%s layer %d step %d: updates '%s', expected '%s'", ckpt, policy,
+                         layer, step, got, expected);
+        }
+    }
+    /* nbt counts the updates of the step (commits count once) */
+    int per_step = 0;
+    for (const char *p = expected; *p; p++) per_step += *p == 'f' || *p == 'r' || *p == 'c';
+    assert_int_equal(r.res.state.layers[1].num_batches_tracked, 2 * per_step);
+    finish(&r);
+}
+
+static void test_bn_order(void **state)
+{
+    (void)state;
+    check_order("never", "plain", "0f 1f 2f 3f");
+    check_order("always", "plain", "0f 1f 2f 3f 3r 2r 1r 0r");
+    check_order("except_last", "plain", "0f 1f 2f 3f 2r 1r 0r");
+    check_order("never", "deferred", "3c");
+    check_order("always", "deferred", "3c");
+    check_order("except_last", "deferred", "3c");
+    check_order("never", "grad-only", "0f 1f 2f 3f");
+    check_order("always", "grad-only", "3r 2r 1r 0r");
+    check_order("except_last", "grad-only", "3f 2r 1r 0r");
+}
+
+/* the logged statistics are those of the micro-batch (plain: unbiased var), and a recompute
+ * logs the same statistics as the forward of the same micro-batch */
+static void test_bn_log_values(void **state)
+{
+    (void)state;
+    char js[2048];
+    struct run r;
+    load_str(&r, bn_spec(js, sizeof(js), "always", "plain", 16));
+    execute(&r, 1);
+    assert_int_equal(r.res.n_bn, 16);
+    for (uint32_t a = 0; a < r.res.n_bn; a++)
+        for (uint32_t b = 0; b < r.res.n_bn; b++) {
+            const struct ps_bn_update *x = &r.res.bn[a], *y = &r.res.bn[b];
+            if (x->layer != y->layer || x->mb != y->mb || x->phase != PS_BN_PHASE_FORWARD ||
+                y->phase != PS_BN_PHASE_RECOMPUTE)
+                continue;
+            int C = x->layer == 1 ? 5 : 4;
+            for (int c = 0; c < C; c++) {
+                assert_float_equal(x->mean[c], y->mean[c], 0.0);
+                assert_float_equal(x->var[c], y->var[c], 0.0);
+            }
+            assert_int_equal(x->count, 4);
+        }
+    finish(&r);
+}
+
+/* the model's numerics do not depend on checkpointing (plain BN: only running stats differ) */
+static void test_checkpoint_invariance(void **state)
+{
+    (void)state;
+    char js[2048];
+    struct run a, b;
+    load_str(&a, bn_spec(js, sizeof(js), "never", "plain", 16));
+    load_str(&b, bn_spec(js, sizeof(js), "always", "plain", 16));
+    execute(&a, 3);
+    execute(&b, 3);
+    for (int s = 0; s < 3; s++) assert_float_equal(a.res.loss[s], b.res.loss[s], 0.0);
+    for (int l = 0; l < a.spec->n_layers; l++) {
+        const struct ps_layer_state *x = &a.res.state.layers[l], *y = &b.res.state.layers[l];
+        if (x->weight) assert_memory_equal(x->weight, y->weight, (size_t)x->n_weight * 4);
+        if (x->bias) assert_memory_equal(x->bias, y->bias, (size_t)x->n_bias * 4);
+    }
+    /* the trace holds every F, B and R of the last step */
+    assert_int_equal(a.res.trace.n, 2u * 4u * 3u);
+    assert_int_equal(b.res.trace.n, 3u * 4u * 3u);
+    for (uint32_t k = 0; k < b.res.trace.n; k++) assert_true(b.res.trace.r[k].dur_us >= 0.0);
+    finish(&a);
+    finish(&b);
+}
+
+/* deferred with fewer real micro-batches than chunks: the commit waits for `chunks` tracked
+ * micro-batches, across steps (torchgpipe's counter is module state) */
+static void test_deferred_short(void **state)
+{
+    (void)state;
+    char js[2048];
+    struct run r;
+    load_str(&r, bn_spec(js, sizeof(js), "never", "deferred", 6)); /* 2,2,2: m = 3 */
+    assert_int_equal(r.spec->mb_count, 3);
+    execute(&r, 4); /* 12 micro-batches tracked: commits at (step 1, mb 0), (2, 1), (3, 2) */
+    int n = 0;
+    for (uint32_t k = 0; k < r.res.n_bn; k++) {
+        const struct ps_bn_update *u = &r.res.bn[k];
+        if (u->layer != 1) continue;
+        assert_int_equal(u->phase, PS_BN_PHASE_COMMIT);
+        assert_int_equal(u->step, n + 1);
+        assert_int_equal(u->mb, n);
+        assert_int_equal(u->count, 8);
+        n++;
+    }
+    assert_int_equal(n, 3);
+    finish(&r);
+}
+
+/* ---- state save / load -------------------------------------------------------------------------- */
+
+static void rm_rf(const char *dir)
+{
+    char cmd[PATH_MAX + 16];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+static void test_state_roundtrip(void **state)
+{
+    (void)state;
+    char tmpl[] = "/tmp/ps_exec_XXXXXX";
+    assert_non_null(mkdtemp(tmpl));
+    char dir[256], js[4096];
+    snprintf(dir, sizeof(dir), "%s/state", tmpl);
+    struct run a, b;
+    load_str(&a, bn_spec(js, sizeof(js), "except_last", "plain", 16));
+    execute(&a, 2);
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    if (ps_state_save(&a.res.state, a.spec, a.model, dir, &d)) fail_diag(&d);
+    /* saving again replaces the folder */
+    if (ps_state_save(&a.res.state, a.spec, a.model, dir, &d)) fail_diag(&d);
+    struct stat sb;
+    char p[PATH_MAX + 32];
+    snprintf(p, sizeof(p), "%s.tmp", dir);
+    assert_int_not_equal(stat(p, &sb), 0);
+    snprintf(p, sizeof(p), "%s/4.num_batches_tracked.npy", dir);
+    assert_int_equal(stat(p, &sb), 0);
+    /* load it back through a spec with model.weights */
+    char *spec_js = strdup(bn_spec(js, sizeof(js), "except_last", "plain", 16));
+    char *w = strstr(spec_js, "\"loss\"");
+    assert_non_null(w);
+    snprintf(js, sizeof(js), "%.*s\"weights\": \"%s\", %s", (int)(w - spec_js), spec_js, dir, w);
+    free(spec_js);
+    memset(&b, 0, sizeof(b));
+    ps_diag_clear(&d);
+    if (ps_spec_parse(js, "rt.json", tmpl, &b.spec, &d)) fail_diag(&d);
+    build(&b, &d);
+    struct ps_state st;
+    if (ps_state_init(&st, b.spec, b.model, 99, &d)) fail_diag(&d);
+    for (int l = 0; l < st.n_layers; l++) {
+        const struct ps_layer_state *x = &a.res.state.layers[l], *y = &st.layers[l];
+        if (x->weight) assert_memory_equal(x->weight, y->weight, (size_t)x->n_weight * 4);
+        if (x->running_var) {
+            assert_memory_equal(x->running_var, y->running_var, (size_t)x->channels * 4);
+            assert_int_equal(x->num_batches_tracked, y->num_batches_tracked);
+        }
+    }
+    ps_state_finish(&st);
+    /* a missing file names itself */
+    snprintf(p, sizeof(p), "%s/3.bias.npy", dir);
+    assert_int_equal(unlink(p), 0);
+    ps_diag_clear(&d);
+    assert_int_equal(ps_state_init(&st, b.spec, b.model, 99, &d), -ENOENT);
+    assert_non_null(strstr(d.where, "3.bias.npy"));
+    finish(&a);
+    finish(&b);
+    rm_rf(tmpl);
+}
+
+/* seeded init: PyTorch's bounds, reproducible */
+static void test_state_init(void **state)
+{
+    (void)state;
+    char js[2048];
+    struct run r;
+    load_str(&r, bn_spec(js, sizeof(js), "never", "plain", 16));
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    struct ps_state a, b;
+    if (ps_state_init(&a, r.spec, r.model, 5, &d)) fail_diag(&d);
+    if (ps_state_init(&b, r.spec, r.model, 5, &d)) fail_diag(&d);
+    const struct ps_layer_state *l0 = &a.layers[0];
+    assert_int_equal(l0->n_weight, 30);
+    double bound = 1.0 / sqrt(6.0), mx = 0;
+    for (int k = 0; k < 30; k++) {
+        assert_true(fabs(l0->weight[k]) <= bound);
+        mx = fmax(mx, fabs(l0->weight[k]));
+    }
+    assert_true(mx > 0.5 * bound);
+    assert_memory_equal(a.layers[3].weight, b.layers[3].weight, 20 * 4);
+    assert_float_equal(a.layers[1].weight[0], 1.0, 0.0);
+    assert_float_equal(a.layers[1].running_var[2], 1.0, 0.0);
+    assert_float_equal(a.layers[1].running_mean[2], 0.0, 0.0);
+    ps_state_finish(&a);
+    ps_state_finish(&b);
+    finish(&r);
+}
+
+/* ---- data ------------------------------------------------------------------------------------- */
+
+static void test_data_csv(void **state)
+{
+    (void)state;
+    char tmpl[] = "/tmp/ps_csv_XXXXXX";
+    assert_non_null(mkdtemp(tmpl));
+    char path[PATH_MAX], js[4096];
+    snprintf(path, sizeof(path), "%s/d.csv.gz", tmpl);
+    gzFile f = gzopen(path, "wb");
+    assert_non_null(f);
+    gzprintf(f, "a,b,c,label\n");
+    for (int k = 0; k < 5; k++) gzprintf(f, "%d,%d.5,%d,%d\n", k, k, -k, k % 3);
+    gzclose(f);
+    snprintf(js, sizeof(js),
+             "{\"pipescope\": 1, \"batch\": 4, \"model\": {\"input\": [3], \"layers\": ["
+             "{\"op\": \"linear\", \"out\": 3}], \"loss\": \"cross_entropy\"},"
+             " \"pipeline\": {\"balance\": [1], \"chunks\": 2},"
+             " \"data\": {\"source\": \"csv\", \"path\": \"d.csv.gz\", \"target_column\": -1}}");
+    struct run r;
+    memset(&r, 0, sizeof(r));
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    if (ps_spec_parse(js, "csv.json", tmpl, &r.spec, &d)) fail_diag(&d);
+    build(&r, &d);
+    struct ps_data dt;
+    if (ps_data_load(r.spec, r.model, 0, &dt, &d)) fail_diag(&d);
+    assert_int_equal(dt.n_samples, 5);
+    assert_float_equal(dt.x[3 * 3 + 1], 3.5, 0.0);
+    assert_int_equal(dt.labels[4], 1);
+    float x[12];
+    int64_t lab[4];
+    ps_data_batch(&dt, 1, 4, x, lab, NULL); /* samples 4, 0, 1, 2 */
+    assert_int_equal(lab[0], 1);
+    assert_float_equal(x[3], 0.0, 0.0);
+    ps_data_finish(&dt);
+    execute(&r, 2);
+    assert_true(isfinite(r.res.loss[1]));
+    finish(&r);
+    /* an out-of-range label names the row */
+    f = gzopen(path, "wb");
+    gzprintf(f, "1,2,3,0\n1,2,3,7\n");
+    gzclose(f);
+    memset(&r, 0, sizeof(r));
+    if (ps_spec_parse(js, "csv.json", tmpl, &r.spec, &d)) fail_diag(&d);
+    build(&r, &d);
+    ps_diag_clear(&d);
+    assert_int_equal(ps_data_load(r.spec, r.model, 0, &dt, &d), -EINVAL);
+    assert_non_null(strstr(d.where, "d.csv.gz:2"));
+    finish(&r);
+    rm_rf(tmpl);
+}
+
+static void test_data_synthetic(void **state)
+{
+    (void)state;
+    char js[2048];
+    struct run r;
+    load_str(&r, bn_spec(js, sizeof(js), "never", "plain", 16));
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    struct ps_data a, b;
+    if (ps_data_load(r.spec, r.model, 64, &a, &d)) fail_diag(&d);
+    if (ps_data_load(r.spec, r.model, 32, &b, &d)) fail_diag(&d);
+    assert_memory_equal(a.x, b.x, 32 * 6 * sizeof(float)); /* sample k never depends on S */
+    double s = 0, q = 0;
+    for (int k = 0; k < 64 * 6; k++) {
+        s += a.x[k];
+        q += (double)a.x[k] * a.x[k];
+    }
+    s /= 384;
+    q = q / 384 - s * s;
+    assert_true(fabs(s) < 0.2 && fabs(q - 1.0) < 0.25);
+    for (int k = 0; k < 64; k++) assert_true(a.labels[k] >= 0 && a.labels[k] < 3);
+    ps_data_finish(&a);
+    ps_data_finish(&b);
+    finish(&r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_goldens),
+        cmocka_unit_test(test_bn_order),
+        cmocka_unit_test(test_bn_log_values),
+        cmocka_unit_test(test_checkpoint_invariance),
+        cmocka_unit_test(test_deferred_short),
+        cmocka_unit_test(test_state_roundtrip),
+        cmocka_unit_test(test_state_init),
+        cmocka_unit_test(test_data_csv),
+        cmocka_unit_test(test_data_synthetic),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
