@@ -1,18 +1,63 @@
 /* cost: how long a graph node takes, for the simulator and the critical path.
  *
- * Roofline by default: a compute node takes max(flops / device flops, bytes / memory bandwidth)
- * plus the launch overhead; a copy takes bytes / link bandwidth plus the link latency; host-only
- * nodes (fork, join) and waits take no time. Measured per-layer costs (spec "costs") replace
- * the roofline for the nodes they cover.
+ * Roofline by default: a compute node takes max(flops / device flops, bytes / memory bandwidth);
+ * a copy takes bytes / link bandwidth plus the link latency; host-only nodes (fork, join) and
+ * waits take no time. The FLOPs come from model.c: a backward costs about twice its forward for
+ * linear and conv (bwd_flops = 2 fwd_flops: input gradient + weight gradient, each as much as
+ * the forward), a recompute is a forward, and with a split backward (zb-h1) the weight-gradient
+ * half of linear/conv layers goes to Wg and the rest stays in B (schedule.c). An optimizer step
+ * (SGD) is 2 FLOPs and 12 bytes per parameter of its partition.
+ *
+ * ps_cost_roofline_us includes the launch overhead (the static critical path of `check` uses
+ * it); ps_cost_fill gives device time only, because the simulator charges the launch overhead on
+ * the host (sim.h), once per node.
+ *
+ * Measured per-layer costs (spec "costs", format in sim/COSTS.md) replace the roofline for the
+ * nodes they cover: F, B, R, Wg from per-layer forward/backward times, copies from the measured
+ * link, the optimizer from per-partition times.
  */
 #ifndef PS_COST_H
 #define PS_COST_H
 
+#include <stdbool.h>
+
+#include "diag.h"
 #include "graph.h"
 
-/* Duration of node v in microseconds under the spec's hardware model. */
+struct ps_cost_layer {
+    double forward_us, backward_us;
+    double wgrad_us; /* part of backward_us that is the weight gradient; < 0 = not measured */
+};
+
+struct ps_costs {
+    bool per_sample;           /* "unit": "sample"; else "micro_batch" */
+    double micro_batch;        /* samples the per-micro-batch times were measured with */
+    int n_layers;
+    struct ps_cost_layer *layers;
+    double copy_bandwidth;     /* bytes/s; <= 0 = spec hardware.link */
+    double copy_latency_us;    /* < 0 = spec */
+    double launch_overhead_us; /* < 0 = spec */
+    int n_optimizer;
+    double *optimizer_us;      /* per partition, NULL = roofline */
+};
+
+/* Duration of node v in microseconds under the spec's hardware model (launch included). */
 double ps_cost_roofline_us(const struct ps_graph *g, uint32_t v);
-/* Fills cost[v] for every node (roofline). Returns 0 or -ENOMEM when cost is NULL. */
+/* Fills cost[v] for every node (roofline, launch included). Returns 0 or -ENOMEM when cost is
+ * NULL. */
 int ps_cost_fill_roofline(const struct ps_graph *g, double *cost);
+
+/* Device time of every node for the simulator: measured costs where `c` (may be NULL) covers
+ * the node, roofline otherwise; no launch overhead. Returns 0 or -EINVAL (diag) when `c` does not
+ * fit the model (layer count). */
+int ps_cost_fill(const struct ps_graph *g, const struct ps_costs *c, double *cost,
+                 struct ps_diag *diag);
+/* The launch overhead the simulator charges per node: the costs file's, else the spec's. */
+double ps_cost_launch_us(const struct ps_graph *g, const struct ps_costs *c);
+
+int ps_costs_load(const char *path, struct ps_costs **out, struct ps_diag *diag);
+int ps_costs_parse(const char *json, const char *name, struct ps_costs **out,
+                   struct ps_diag *diag);
+void ps_costs_destroy(struct ps_costs *c); /* accepts NULL */
 
 #endif

@@ -612,3 +612,24 @@ int ps_graph_validate(const struct ps_graph *g, struct ps_diag *diag)
         return ps_diag_set(diag, -EINVAL, "graph", "G5: adjacency not built");
     return 0;
 }
+
+/* ---- stream order (added for the simulator) ---------------------------------------------- */
+
+#include "engine.h"
+
+int ps_graph_add_stream_order(struct ps_graph *g, const struct ps_order *order)
+{
+    int32_t ns = g->n_streams;
+    uint32_t *last = malloc(((size_t)ns + 1) * sizeof(uint32_t));
+    if (!last) return -ENOMEM;
+    for (int32_t s = 0; s < ns; s++) last[s] = PS_NONE;
+    for (uint32_t k = 0; k < order->n; k++) {
+        uint32_t v = order->node[k];
+        int32_t s = g->nodes[v].stream;
+        if (s < 0 || s >= ns) continue;
+        if (last[s] != PS_NONE) ps_graph_add_edge(g, last[s], v, PS_EDGE_STREAM);
+        last[s] = v;
+    }
+    free(last);
+    return ps_graph_finalize(g);
+}

@@ -179,4 +179,9 @@ static inline uint32_t ps_graph_in_degree(const struct ps_graph *g, uint32_t v)
     return g->in_off[v + 1] - g->in_off[v];
 }
 
+/* Adds a STREAM edge between consecutive nodes of each stream in `order` (issue order on a
+ * stream), then re-finalizes. Returns 0 or -ENOMEM. */
+struct ps_order;
+int ps_graph_add_stream_order(struct ps_graph *g, const struct ps_order *order);
+
 #endif

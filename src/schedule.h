@@ -1,15 +1,90 @@
 /* schedule: graph builders for schedules given as explicit per-stage action lists
  * (SEMANTICS.md section 6): 1F1B (PipeDream-Flush), interleaved 1F1B (Megatron) and ZB-H1.
  * GPipe is built by graph.c from torchgpipe's clock cycles and the autograd-engine model.
+ *
+ * A plan is one action list per lane (a host thread: one device's worker). An action is F (the
+ * forward of micro-batch i on stage s), B (its backward; with split backward only the input
+ * gradient) or W (the weight gradient, zb-h1 only). The builder turns a plan into the same graph
+ * type as GPipe, node for node:
+ *
+ *   F(i,s) -> Wo(i,s) -> C(i,s->s+1) -> W(i,s+1) -> F(i,s+1)          forward, DATA edges
+ *   B(i,s+1) -> W'(i,s+1) -> C'(i,s+1->s) -> Wo'(i,s) -> B(i,s)       backward, DATA edges
+ *   F(i,S-1) -> B(i,S-1)   (the loss gradient)    F(i,s) -> R(i,s) -> B(i,s)  (checkpointed)
+ *   B(i,s) -> Wg(i,s)      (split backward)        B/Wg(*,s) -> opt(s)        (optimizer)
+ *
+ * and chains every node a lane issues with HOST edges in action order: an F action issues
+ * W(i,s), F(i,s), Wo(i,s), C(i,s->s+1); a B action issues R(i,s), Wo'(i,s), B(i,s), W'(i,s),
+ * C'(i,s->s-1) (R before the wait: recompute does not wait for the output gradient). No fork, join
+ * or loss nodes; g->loss = g->root = PS_NONE, so the engine model does not apply: the execution
+ * order of such a graph is ps_schedule_order's.
+ *
+ * Invariants of a valid plan (ps_schedule_build_plan rejects the rest with -EINVAL):
+ *   P1. every (i, s) has exactly one F and one B, and one W iff the plan splits backward;
+ *   P2. all actions of one stage are in one lane;
+ *   P3. a lane's device is the device of its stages.
+ * A valid plan can still deadlock (an action list that waits for itself): ps_schedule_order
+ * reports it with -EDEADLK and ps_schedule_stuck describes it, one line per stage.
  */
 #ifndef PS_SCHEDULE_H
 #define PS_SCHEDULE_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
 #include "diag.h"
+#include "engine.h"
 #include "graph.h"
 
+enum ps_action_kind { PS_ACT_F, PS_ACT_B, PS_ACT_W };
+
+struct ps_action {
+    uint8_t kind;  /* enum ps_action_kind */
+    int32_t mb;
+    int32_t stage;
+};
+
+struct ps_plan {
+    int n_lanes;
+    int n_stages;
+    int m;
+    bool split;          /* backward split into B and W (zb-h1) */
+    uint32_t *len;       /* actions per lane */
+    struct ps_action **act;
+    int *lane_device;    /* device id of each lane */
+};
+
+void ps_plan_finish(struct ps_plan *p); /* accepts a zeroed struct */
+
+/* The generated action lists of opts->schedule (1f1b, interleaved-1f1b, zb-h1). */
+int ps_schedule_plan(const struct ps_spec *spec, const struct ps_graph_opts *opts,
+                     struct ps_plan *out, struct ps_diag *diag);
+/* A hand-written plan: {"stages": [["F0","F1","B0","B1"], ...]}, one list per partition, tokens
+ * F<i>, B<i> and W<i> (W anywhere splits backward for every stage). */
+int ps_schedule_plan_load(const char *path, const struct ps_spec *spec, struct ps_plan *out,
+                          struct ps_diag *diag);
+int ps_schedule_plan_parse(const char *json, const char *name, const struct ps_spec *spec,
+                           struct ps_plan *out, struct ps_diag *diag);
+
+/* Builds the graph of a plan (see above). */
+int ps_schedule_build_plan(const struct ps_spec *spec, const struct ps_model *model,
+                           const struct ps_graph_opts *opts, const struct ps_plan *plan,
+                           struct ps_graph **out, struct ps_diag *diag);
+/* ps_schedule_plan + ps_schedule_build_plan (graph.c calls it for every schedule but GPipe). */
 int ps_schedule_build(const struct ps_spec *spec, const struct ps_model *model,
                       const struct ps_graph_opts *opts, struct ps_graph **out,
                       struct ps_diag *diag);
+
+/* Execution order of an explicit-schedule graph: a topological order over DATA/PHONY/HOST edges
+ * (first-in first-out, seeded in node order), thread = node device. -EDEADLK when some nodes can
+ * never run (o->n < nodes; o->pos of those is UINT32_MAX), with diag naming the first one. */
+int ps_schedule_order(const struct ps_graph *g, struct ps_order *o, struct ps_diag *diag);
+/* After -EDEADLK: one line per stage with a stuck action, "stage 1: F(1,1) (action 2) waits for
+ * F(1,0)". Returns a malloc'ed string (empty when nothing is stuck) or NULL. */
+char *ps_schedule_stuck(const struct ps_graph *g, const struct ps_order *o);
+
+/* GPipe: appends an optimizer step per partition (PS_NODE_OPTIM, after every B(i,j)), then
+ * re-finalizes. Call before ps_engine_order. Explicit schedules add it themselves when
+ * opts.optimizer is set. Returns 0 or -ENOMEM. */
+int ps_schedule_add_optimizer(struct ps_graph *g);
 
 #endif

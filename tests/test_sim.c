@@ -1,0 +1,355 @@
+/* Tests of the simulator (sim/sim.c), the cost file (sim/cost.c), the BN update order
+ * (sim/bnorder.c) and balance (sim/balance.c).
+ *
+ * Oracles are closed forms (SEMANTICS.md section 6) under uniform test costs and free copies:
+ * GPipe and 1F1B makespan (m+n-1)(f+b), bubble (n-1)/(m+n-1); interleaved 1F1B makespan
+ * m(f+b) + (D-1)(f+b)/v, i.e. bubble/ideal (D-1)/(v m); ZB-H1 below 1F1B; peak in-flight
+ * micro-batches m (GPipe) and n-s on stage s (1F1B). Balance: the DP against brute force.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <errno.h>
+#include <math.h>
+
+#include "balance.h"
+#include "bnorder.h"
+#include "cost.h"
+#include "sim_fixture.h"
+
+#define EPS 1e-9
+
+static void simulate(struct fx *f, struct ps_sim *s)
+{
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    struct ps_sim_opts so = {.launch_us = 0};
+    int rc = ps_sim_run(f->g, &f->o, f->cost, &so, s, &d);
+    if (rc) fprintf(stderr, "%s: %s\n", d.where, d.msg);
+    assert_int_equal(rc, 0);
+}
+
+static void closed_form(const char *sched, int m, int n, const char *ckpt)
+{
+    struct fx f;
+    struct ps_diag d;
+    int rc = fx_load(&f, sched, m, n, 1, ckpt, "plain", &d);
+    if (rc) fprintf(stderr, "%s: %s\n", d.where, d.msg);
+    assert_int_equal(rc, 0);
+    double fw = 1.5, bw = 2.5;
+    fx_costs(&f, fw, bw, 0, 0);
+    struct ps_sim s;
+    simulate(&f, &s);
+    assert_near(s.makespan_us, (m + n - 1) * (fw + bw), EPS);
+    assert_near(s.bubble_fraction, (double)(n - 1) / (m + n - 1), EPS);
+    for (int dv = 0; dv < s.n_devices; dv++) {
+        assert_near(s.dev[dv].busy_us, m * (fw + bw), EPS);
+        uint32_t expect = strcmp(sched, "gpipe") == 0 ? (uint32_t)m
+                          : (uint32_t)(n - dv < m ? n - dv : m);
+        assert_int_equal(s.dev[dv].max_in_flight, expect);
+    }
+    ps_sim_finish(&s);
+    fx_free(&f);
+}
+
+static void test_gpipe_closed_form(void **state)
+{
+    (void)state;
+    closed_form("gpipe", 4, 3, "never");
+    closed_form("gpipe", 8, 4, "never");
+    closed_form("gpipe", 1, 2, "never");
+}
+
+static void test_1f1b_closed_form(void **state)
+{
+    (void)state;
+    closed_form("1f1b", 4, 3, "never");
+    closed_form("1f1b", 8, 4, "never");
+    closed_form("1f1b", 2, 4, "never");
+}
+
+static void test_interleaved_closed_form(void **state)
+{
+    (void)state;
+    int D = 4, v = 2, m = 8;
+    struct fx f;
+    struct ps_diag d;
+    int rc = fx_load(&f, "interleaved-1f1b", m, D * v, v, "never", "plain", &d);
+    if (rc) fprintf(stderr, "%s: %s\n", d.where, d.msg);
+    assert_int_equal(rc, 0);
+    double fw = 1.0, bw = 2.0; /* per device for the whole model chunk pair: f/v, b/v per stage */
+    fx_costs(&f, fw / v, bw / v, 0, 0);
+    struct ps_sim s;
+    simulate(&f, &s);
+    double ideal = m * (fw + bw);
+    assert_near(s.makespan_us, ideal + (D - 1) * (fw + bw) / v, EPS);
+    assert_near((s.makespan_us - ideal) / ideal, (double)(D - 1) / (v * m), EPS);
+    ps_sim_finish(&s);
+    fx_free(&f);
+    /* m not a multiple of D is refused */
+    assert_int_equal(fx_load(&f, "interleaved-1f1b", 6, D * v, v, "never", "plain", &d), -EINVAL);
+    fx_free(&f);
+}
+
+static void test_zbh1_below_1f1b(void **state)
+{
+    (void)state;
+    int m = 8, n = 4;
+    struct fx a, b;
+    struct ps_diag d;
+    assert_int_equal(fx_load(&a, "1f1b", m, n, 1, "never", "plain", &d), 0);
+    assert_int_equal(fx_load(&b, "zb-h1", m, n, 1, "never", "plain", &d), 0);
+    fx_costs(&a, 1, 2, 0, 0);
+    fx_costs(&b, 1, 1, 1, 0);
+    struct ps_sim sa, sb;
+    simulate(&a, &sa);
+    simulate(&b, &sb);
+    assert_near(sa.makespan_us, (m + n - 1) * 3.0, EPS);
+    assert_true(sb.makespan_us < sa.makespan_us);
+    /* the zero-bubble paper's handcrafted bound: 3m + (n-1)(F+B-W) */
+    assert_near(sb.makespan_us, 3.0 * m + (n - 1) * 1.0, EPS);
+    for (int dv = 0; dv < sb.n_devices; dv++) assert_true(sb.dev[dv].max_in_flight <= (uint32_t)(n - dv));
+    ps_sim_finish(&sa);
+    ps_sim_finish(&sb);
+    fx_free(&a);
+    fx_free(&b);
+}
+
+static void test_determinism_and_records(void **state)
+{
+    (void)state;
+    struct fx f;
+    struct ps_diag d;
+    assert_int_equal(fx_load(&f, "gpipe", 4, 3, 1, "except_last", "plain", &d), 0);
+    f.cost = calloc(f.g->n_nodes, sizeof(double));
+    assert_int_equal(ps_cost_fill(f.g, NULL, f.cost, &d), 0);
+    struct ps_sim_opts so = {.launch_us = ps_cost_launch_us(f.g, NULL)};
+    struct ps_sim s1, s2;
+    assert_int_equal(ps_sim_run(f.g, &f.o, f.cost, &so, &s1, &d), 0);
+    assert_int_equal(ps_sim_run(f.g, &f.o, f.cost, &so, &s2, &d), 0);
+    assert_int_equal(s1.trace.n, s2.trace.n);
+    for (uint32_t k = 0; k < s1.trace.n; k++) {
+        assert_int_equal(s1.trace.r[k].node, s2.trace.r[k].node);
+        assert_int_equal(s1.trace.r[k].stream, s2.trace.r[k].stream);
+        assert_true(s1.trace.r[k].start_us == s2.trace.r[k].start_us);
+        assert_true(s1.trace.r[k].dur_us == s2.trace.r[k].dur_us);
+    }
+    /* one record per node with a stream; streams run one node at a time */
+    uint32_t withs = 0;
+    for (uint32_t v = 0; v < f.g->n_nodes; v++) withs += f.g->nodes[v].stream >= 0;
+    assert_int_equal(s1.trace.n, withs);
+    for (uint32_t a = 0; a < s1.trace.n; a++)
+        for (uint32_t b = a + 1; b < s1.trace.n; b++) {
+            const struct ps_trace_rec *x = &s1.trace.r[a], *y = &s1.trace.r[b];
+            if (x->stream != y->stream || x->dur_us == 0 || y->dur_us == 0) continue;
+            assert_true(x->start_us + x->dur_us <= y->start_us + 1e-9 ||
+                        y->start_us + y->dur_us <= x->start_us + 1e-9);
+        }
+    /* recompute shows up and the critical path ends at the makespan */
+    assert_true(s1.recompute_us > 0);
+    assert_true(s1.cp_n > 2);
+    assert_near(s1.end_us[s1.cp[s1.cp_n - 1]], s1.makespan_us, EPS);
+    ps_sim_finish(&s1);
+    ps_sim_finish(&s2);
+    fx_free(&f);
+}
+
+static void test_launch_overhead_host_bound(void **state)
+{
+    (void)state;
+    struct fx f;
+    struct ps_diag d;
+    assert_int_equal(fx_load(&f, "gpipe", 2, 2, 1, "never", "plain", &d), 0);
+    fx_costs(&f, 0, 0, 0, 0);
+    struct ps_sim_opts so = {.launch_us = 1};
+    struct ps_sim s;
+    assert_int_equal(ps_sim_run(f.g, &f.o, f.cost, &so, &s, &d), 0);
+    /* free kernels: the host is the bottleneck, the makespan is at least one launch per
+       streamed node of the longest host chain */
+    assert_true(s.makespan_us >= 4);
+    ps_sim_finish(&s);
+    fx_free(&f);
+}
+
+static void test_stream_order_edges(void **state)
+{
+    (void)state;
+    struct fx f;
+    struct ps_diag d;
+    assert_int_equal(fx_load(&f, "gpipe", 3, 2, 1, "except_last", "plain", &d), 0);
+    fx_costs(&f, 1, 2, 0, 1);
+    struct ps_sim s1, s2;
+    simulate(&f, &s1);
+    uint32_t e0 = f.g->n_edges;
+    assert_int_equal(ps_graph_add_stream_order(f.g, &f.o), 0);
+    assert_true(f.g->n_edges > e0);
+    assert_int_equal(ps_graph_validate(f.g, &d), 0);
+    simulate(&f, &s2); /* the stream edges agree with the order: same timeline */
+    assert_near(s1.makespan_us, s2.makespan_us, EPS);
+    ps_sim_finish(&s1);
+    ps_sim_finish(&s2);
+    fx_free(&f);
+}
+
+static void check_bn(const char *sched, const char *ckpt, const char *bn, const char *expect)
+{
+    struct fx f;
+    struct ps_diag d;
+    assert_int_equal(fx_load(&f, sched, 3, 2, 1, ckpt, bn, &d), 0);
+    fx_costs(&f, 1, 2, 0, 1);
+    struct ps_sim s;
+    simulate(&f, &s);
+    struct ps_bn_order b;
+    assert_int_equal(ps_bn_order_build(f.g, &f.o, s.start_us, f.spec->batchnorm, &b), 0);
+    assert_int_equal(b.n_layers, 2);
+    char got[256] = "";
+    for (uint32_t k = 0; k < b.layers[0].n; k++) {
+        char x[16];
+        snprintf(x, sizeof(x), "%s%c%d", k ? " " : "",
+                 b.layers[0].u[k].phase == PS_BN_RECOMPUTE ? 'r' : 'f', b.layers[0].u[k].mb);
+        strcat(got, x);
+    }
+    assert_string_equal(got, expect);
+    ps_bn_order_finish(&b);
+    ps_sim_finish(&s);
+    fx_free(&f);
+}
+
+static void test_bn_order(void **state)
+{
+    (void)state;
+    /* SEMANTICS.md section 7, m = 3 */
+    check_bn("gpipe", "never", "plain", "f0 f1 f2");
+    check_bn("gpipe", "always", "plain", "f0 f1 f2 r2 r1 r0");
+    check_bn("gpipe", "except_last", "plain", "f0 f1 f2 r1 r0");
+    check_bn("gpipe", "except_last", "deferred", "f2");
+    check_bn("gpipe", "always", "grad-only", "r2 r1 r0");
+    check_bn("gpipe", "except_last", "grad-only", "f2 r1 r0");
+    /* 1F1B on 2 stages: stage 0 runs F0 F1 B0 F2 B1 B2 */
+    check_bn("1f1b", "except_last", "plain", "f0 f1 r0 f2 r1");
+}
+
+static void test_costs_file(void **state)
+{
+    (void)state;
+    struct ps_diag d;
+    struct ps_costs *c = NULL;
+    const char *ok = "{\"pipescope_costs\":1,\"unit\":\"sample\",\"layers\":["
+                     "{\"forward_us\":1,\"backward_us\":2},{\"forward_us\":0.5,\"backward_us\":0.5},"
+                     "{\"forward_us\":1,\"backward_us\":2,\"wgrad_us\":1},{\"forward_us\":0,\"backward_us\":0}],"
+                     "\"copy\":{\"bandwidth\":1e9,\"latency_us\":3},\"launch_overhead_us\":0}";
+    ps_diag_clear(&d);
+    assert_int_equal(ps_costs_parse(ok, "c.json", &c, &d), 0);
+    struct fx f;
+    assert_int_equal(fx_load(&f, "gpipe", 2, 2, 1, "never", "plain", &d), 0);
+    f.cost = calloc(f.g->n_nodes, sizeof(double));
+    assert_int_equal(ps_cost_fill(f.g, c, f.cost, &d), 0);
+    assert_near(ps_cost_launch_us(f.g, c), 0, EPS);
+    /* F(0,0): 2 samples x (1 + 0.5) us; B(0,1): 2 x 2 us; copies: bytes/1e9 + 3 us */
+    assert_near(f.cost[f.g->fwd[0]], 3.0, EPS);
+    assert_near(f.cost[f.g->bwd[1]], 4.0, EPS);
+    for (uint32_t v = 0; v < f.g->n_nodes; v++)
+        if (f.g->nodes[v].kind == PS_NODE_COPY)
+            assert_near(f.cost[v], f.g->nodes[v].bytes / 1e9 * 1e6 + 3, EPS);
+    ps_costs_destroy(c);
+    /* wrong layer count is refused when filling */
+    const char *three = "{\"pipescope_costs\":1,\"unit\":\"micro_batch\",\"micro_batch_size\":2,"
+                        "\"layers\":[{\"forward_us\":1,\"backward_us\":2}]}";
+    assert_int_equal(ps_costs_parse(three, "c.json", &c, &d), 0);
+    ps_diag_clear(&d);
+    assert_int_equal(ps_cost_fill(f.g, c, f.cost, &d), -EINVAL);
+    ps_costs_destroy(c);
+    ps_diag_clear(&d);
+    assert_int_equal(ps_costs_parse("{\"pipescope_costs\":1,\"unit\":\"x\"}", "c.json", &c, &d),
+                     -EINVAL);
+    ps_diag_clear(&d);
+    assert_int_equal(ps_costs_parse("{\"pipescope_costs\":1,\"unit\":\"sample\",\"layers\":[{\"forward_us\":-1,\"backward_us\":0}]}",
+                                    "c.json", &c, &d),
+                     -EINVAL);
+    assert_non_null(strstr(d.msg, "layers[0].forward_us"));
+    fx_free(&f);
+}
+
+/* ---- balance -------------------------------------------------------------------------------- */
+
+static double brute(const double *c, int L, int P, int k, int start, int *bal, double cur,
+                    double best)
+{
+    if (k == P - 1) {
+        double s = 0;
+        for (int i = start; i < L; i++) s += c[i];
+        double v = s > cur ? s : cur;
+        return v < best ? v : best;
+    }
+    for (int len = 1; start + len <= L - (P - k - 1); len++) {
+        double s = 0;
+        for (int i = start; i < start + len; i++) s += c[i];
+        bal[k] = len;
+        best = brute(c, L, P, k + 1, start + len, bal, s > cur ? s : cur, best);
+    }
+    return best;
+}
+
+static void test_balance_dp_vs_brute(void **state)
+{
+    (void)state;
+    unsigned seed = 12345;
+    for (int trial = 0; trial < 300; trial++) {
+        seed = seed * 1103515245u + 12345u;
+        int L = 1 + (int)((seed >> 16) % 9);
+        seed = seed * 1103515245u + 12345u;
+        int P = 1 + (int)((seed >> 16) % (unsigned)L);
+        double c[16];
+        for (int i = 0; i < L; i++) {
+            seed = seed * 1103515245u + 12345u;
+            c[i] = (double)((seed >> 16) % 100) / 7.0;
+        }
+        int bal[16], tmp[16];
+        double mx = 0;
+        assert_int_equal(ps_balance_exact(c, NULL, 0, L, P, bal, &mx), 0);
+        double want = brute(c, L, P, 0, 0, tmp, 0, 1e300);
+        assert_near(mx, want, 1e-9);
+        int sum = 0;
+        for (int p = 0; p < P; p++) {
+            assert_true(bal[p] >= 1);
+            sum += bal[p];
+        }
+        assert_int_equal(sum, L);
+        assert_near(ps_balance_max(c, L, bal, P), mx, 1e-9);
+        /* the heuristic is never better than the optimum */
+        assert_int_equal(ps_balance_blockpartition(c, L, P, tmp), 0);
+        sum = 0;
+        for (int p = 0; p < P; p++) sum += tmp[p];
+        assert_int_equal(sum, L);
+        assert_true(ps_balance_max(c, L, tmp, P) >= mx - 1e-9);
+    }
+    /* a memory cap that forbids the time optimum */
+    double t[4] = {1, 1, 1, 3}, mem[4] = {5, 1, 1, 1};
+    int bal[2];
+    double mx;
+    assert_int_equal(ps_balance_exact(t, mem, 5, 4, 2, bal, &mx), 0);
+    assert_int_equal(bal[0], 1);
+    assert_near(mx, 5, 1e-9);
+    assert_int_equal(ps_balance_exact(t, mem, 4, 4, 2, bal, &mx), -ENOSPC);
+    assert_int_equal(ps_balance_exact(t, NULL, 0, 4, 5, bal, &mx), -EINVAL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gpipe_closed_form),
+        cmocka_unit_test(test_1f1b_closed_form),
+        cmocka_unit_test(test_interleaved_closed_form),
+        cmocka_unit_test(test_zbh1_below_1f1b),
+        cmocka_unit_test(test_determinism_and_records),
+        cmocka_unit_test(test_launch_overhead_host_bound),
+        cmocka_unit_test(test_stream_order_edges),
+        cmocka_unit_test(test_bn_order),
+        cmocka_unit_test(test_costs_file),
+        cmocka_unit_test(test_balance_dp_vs_brute),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
