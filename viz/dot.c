@@ -1,0 +1,497 @@
+/* dot: the task graph as Graphviz DOT, built with cgraph (FORMATS.md, "graphs").
+ *
+ * One cluster per device (`subgraph cluster_dev0 {label="cuda:0" ...}`, newrank=true so rank
+ * constraints work across clusters); a node is named by its task (F(2,1), B(2,1), R(2,1),
+ * C(2,0->1), W(2,1) ...) and sits in the cluster of the device that runs it; host-only nodes
+ * without a device stay at the top level. Styles, one per meaning:
+ *
+ *     F  box, blue fill       (checkpointed: double border)     DATA    solid
+ *     B  box, orange fill      Wg  box, light orange             PHONY   dashed
+ *     R, r  grey fill (shaded: recomputation)                    HOST    dotted grey  (option)
+ *     C  green cds, W/Wo octagon, fork/join small ellipse        STREAM  dotted blue  (option)
+ *
+ * Filters keep forward-phase or backward-phase nodes only. The "tasks only" view keeps the tasks
+ * (F, B, R, Wg), the loss and optimizer nodes, and contracts every other node into edges: there
+ * is an edge u -> v when v is reachable from u through contracted nodes only; its style is the
+ * weakest kind needed on the best path (DATA < PHONY < HOST < STREAM), so a dependency that only
+ * phony edges create stays dashed.
+ *
+ * Determinism (D1): nodes are created in index order, edges in edge-index order (contracted
+ * edges: by source, then target index), attributes declared up front and set in a fixed order;
+ * agwrite then prints the same bytes for the same graph.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "viz_gv.h"
+
+/* ---- Graphviz messages ------------------------------------------------------------------ */
+
+static _Thread_local char gv_msgs[1024];
+static _Thread_local agusererrf gv_old;
+
+static int gv_collect(char *msg)
+{
+    size_t n = strlen(gv_msgs);
+    if (n + 1 < sizeof(gv_msgs)) snprintf(gv_msgs + n, sizeof(gv_msgs) - n, "%s", msg);
+    return 0;
+}
+
+void ps_gv_capture_begin(void)
+{
+    gv_msgs[0] = '\0';
+    gv_old = agseterrf(gv_collect);
+}
+
+const char *ps_gv_capture_end(void)
+{
+    agseterrf(gv_old);
+    gv_old = NULL;
+    size_t n = strlen(gv_msgs);
+    while (n && (gv_msgs[n - 1] == '\n' || gv_msgs[n - 1] == ' ')) gv_msgs[--n] = '\0';
+    return gv_msgs;
+}
+
+/* ---- building -------------------------------------------------------------------------- */
+
+enum { ST_OUT = 0, ST_KEEP = 1, ST_CONTRACT = 2 };
+
+enum gsym { G_NEWRANK, G_RANKDIR, G_LABEL, G_LABELLOC, G_STYLE, G_COLOR, G__N };
+enum nsym { N_SHAPE, N_STYLE, N_FILLCOLOR, N_COLOR, N_PERIPHERIES, N_FONTSIZE, N_TOOLTIP, N__N };
+enum esym { E_STYLE, E_COLOR, E__N };
+
+struct dot {
+    const struct ps_graph *g;
+    const struct ps_dot_opts *o;
+    Agraph_t *G;
+    Agsym_t *gs[G__N], *ns[N__N], *es[E__N];
+    uint8_t *state;  /* per node: ST_* */
+    Agnode_t **an;   /* per node: its cgraph node when drawn */
+    double vlo, vhi; /* value scale */
+};
+
+static Agsym_t *decl(Agraph_t *G, int kind, const char *name)
+{
+    return agattr(G, kind, (char *)name, (char *)"");
+}
+
+static void set(void *obj, Agsym_t *sym, const char *value)
+{
+    agxset(obj, sym, (char *)value);
+}
+
+static bool edge_allowed(const struct ps_dot_opts *o, int kind)
+{
+    switch (kind) {
+    case PS_EDGE_DATA:
+    case PS_EDGE_PHONY: return true;
+    case PS_EDGE_HOST: return o->host_edges;
+    case PS_EDGE_STREAM: return o->stream_edges;
+    default: return false;
+    }
+}
+
+static bool in_filter(const struct ps_dot_opts *o, const struct ps_node *nd)
+{
+    switch (o->filter) {
+    case PS_DOT_FORWARD: return nd->phase == PS_PHASE_FWD;
+    case PS_DOT_BACKWARD: return nd->phase == PS_PHASE_BWD;
+    case PS_DOT_ALL: break;
+    }
+    return true;
+}
+
+static bool kept_in_tasks_view(const struct ps_node *nd)
+{
+    return ps_node_is_task(nd) || nd->kind == PS_NODE_LOSS || nd->kind == PS_NODE_OPTIM;
+}
+
+void ps_dot_opts_init(struct ps_dot_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->filter = PS_DOT_ALL;
+}
+
+static void style_node(struct dot *d, uint32_t v, Agnode_t *n)
+{
+    const struct ps_node *nd = &d->g->nodes[v];
+    bool bw = nd->phase == PS_PHASE_BWD;
+    const char *shape = "ellipse", *style = "", *fill = "", *color = "", *per = "", *fs = "";
+    char tip[160] = "", cbuf[64];
+    switch ((enum ps_node_kind)nd->kind) {
+    case PS_NODE_COMPUTE:
+        shape = "box";
+        style = "filled";
+        fill = bw ? "#fbd9b5" : "#cfe0f3";
+        color = bw ? "#a0522d" : "#1f4e79";
+        if (!bw && nd->checkpointed) {
+            per = "2";
+            snprintf(tip, sizeof(tip), "checkpointed");
+        }
+        break;
+    case PS_NODE_RECOMPUTE:
+        shape = bw ? "box" : "ellipse";
+        style = "filled";
+        fill = bw ? "#c8c8c8" : "#e4e4e4";
+        color = "#555555";
+        if (!bw) fs = "10";
+        break;
+    case PS_NODE_WGRAD:
+        shape = "box";
+        style = "filled";
+        fill = "#fdebd3";
+        color = "#a0522d";
+        break;
+    case PS_NODE_COPY:
+        shape = "cds";
+        style = "filled";
+        fill = "#d5ecd4";
+        color = "#2e7d32";
+        fs = "10";
+        break;
+    case PS_NODE_WAIT:
+        shape = "octagon";
+        color = "#555555";
+        fs = "10";
+        break;
+    case PS_NODE_FORK:
+    case PS_NODE_JOIN:
+        shape = "ellipse";
+        color = "#777777";
+        fs = "10";
+        break;
+    case PS_NODE_LOSS:
+        shape = "doubleoctagon";
+        break;
+    case PS_NODE_OPTIM:
+        shape = "component";
+        break;
+    case PS_NODE__COUNT: break;
+    }
+    /* colouring: callback first, then values */
+    const char *c = NULL;
+    if (d->o->color) c = d->o->color(d->g, v, d->o->color_ctx, cbuf, (int)sizeof(cbuf));
+    if (!c && d->o->node_value && isfinite(d->o->node_value[v])) {
+        double x = d->o->node_value[v];
+        c = ps_viz_color_scale(x, d->vlo, d->vhi, cbuf);
+        size_t k = strlen(tip);
+        snprintf(tip + k, sizeof(tip) - k, "%s%s = %.6g", k ? ", " : "",
+                 d->o->value_name ? d->o->value_name : "value", x);
+    }
+    if (c) {
+        fill = c;
+        style = "filled";
+    }
+    set(n, d->ns[N_SHAPE], shape);
+    set(n, d->ns[N_STYLE], style);
+    set(n, d->ns[N_FILLCOLOR], fill);
+    set(n, d->ns[N_COLOR], color);
+    set(n, d->ns[N_PERIPHERIES], per);
+    set(n, d->ns[N_FONTSIZE], fs);
+    set(n, d->ns[N_TOOLTIP], tip);
+}
+
+static int add_edge(struct dot *d, uint32_t u, uint32_t v, int kind)
+{
+    Agedge_t *e = agedge(d->G, d->an[u], d->an[v], NULL, 1);
+    if (!e) return -ENOMEM;
+    switch (kind) {
+    case PS_EDGE_PHONY: set(e, d->es[E_STYLE], "dashed"); break;
+    case PS_EDGE_HOST:
+        set(e, d->es[E_STYLE], "dotted");
+        set(e, d->es[E_COLOR], "grey");
+        break;
+    case PS_EDGE_STREAM:
+        set(e, d->es[E_STYLE], "dotted");
+        set(e, d->es[E_COLOR], "#1f77b4");
+        break;
+    default: break;
+    }
+    return 0;
+}
+
+struct target {
+    uint32_t v;
+    int kind;
+};
+
+static int cmp_target(const void *a, const void *b)
+{
+    const struct target *x = a, *y = b;
+    return x->v < y->v ? -1 : x->v > y->v;
+}
+
+/* Tasks-only edges: for each kept node u (index order), the kept nodes reachable through
+ * contracted nodes; kind = smallest k such that a path uses only allowed kinds <= k. */
+static int contracted_edges(struct dot *d)
+{
+    const struct ps_graph *g = d->g;
+    uint32_t nv = g->n_nodes;
+    uint32_t *seen = calloc(nv ? nv : 1, sizeof(uint32_t));   /* BFS stamp */
+    uint32_t *found = calloc(nv ? nv : 1, sizeof(uint32_t));  /* target stamp (per u) */
+    uint32_t *queue = malloc((nv ? nv : 1) * sizeof(uint32_t));
+    struct target *tg = malloc((nv ? nv : 1) * sizeof(struct target));
+    int rc = 0;
+    if (!seen || !found || !queue || !tg) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    uint32_t stamp = 0, ustamp = 0;
+    for (uint32_t u = 0; u < nv && !rc; u++) {
+        if (d->state[u] != ST_KEEP) continue;
+        ustamp++;
+        uint32_t nt = 0;
+        for (int k = 0; k < PS_EDGE__COUNT; k++) {
+            if (!edge_allowed(d->o, k)) continue;
+            stamp++;
+            uint32_t qh = 0, qt = 0;
+            queue[qt++] = u;
+            seen[u] = stamp;
+            while (qh < qt) {
+                uint32_t x = queue[qh++];
+                for (uint32_t a = g->out_off[x]; a < g->out_off[x + 1]; a++) {
+                    const struct ps_edge *e = &g->edges[g->out_edge[a]];
+                    if (e->kind > k || !edge_allowed(d->o, e->kind)) continue;
+                    uint32_t w = e->dst;
+                    if (w == u || seen[w] == stamp) continue;
+                    seen[w] = stamp;
+                    if (d->state[w] == ST_KEEP) {
+                        if (found[w] != ustamp) {
+                            found[w] = ustamp;
+                            tg[nt++] = (struct target){w, k};
+                        }
+                    } else if (d->state[w] == ST_CONTRACT) {
+                        queue[qt++] = w;
+                    }
+                }
+            }
+        }
+        qsort(tg, nt, sizeof(*tg), cmp_target);
+        for (uint32_t t = 0; t < nt && !rc; t++) rc = add_edge(d, u, tg[t].v, tg[t].kind);
+    }
+out:
+    free(seen);
+    free(found);
+    free(queue);
+    free(tg);
+    return rc;
+}
+
+static void value_range(struct dot *d)
+{
+    const struct ps_dot_opts *o = d->o;
+    d->vlo = o->value_min;
+    d->vhi = o->value_max;
+    if (!o->node_value || o->value_min != 0 || o->value_max != 0) return;
+    bool any = false;
+    for (uint32_t v = 0; v < d->g->n_nodes; v++) {
+        double x = o->node_value[v];
+        if (d->state[v] != ST_KEEP || !isfinite(x)) continue;
+        if (!any || x < d->vlo) d->vlo = x;
+        if (!any || x > d->vhi) d->vhi = x;
+        any = true;
+    }
+    if (d->vlo < 0 && d->vhi > 0) {
+        double m = fmax(-d->vlo, d->vhi);
+        d->vlo = -m;
+        d->vhi = m;
+    }
+}
+
+int ps_dot_build(const struct ps_graph *g, const struct ps_dot_opts *opts, Agraph_t **out,
+                 struct ps_diag *diag)
+{
+    struct ps_dot_opts defaults;
+    if (!opts) {
+        ps_dot_opts_init(&defaults);
+        opts = &defaults;
+    }
+    *out = NULL;
+    if (!g->out_off)
+        return ps_diag_set(diag, -EINVAL, "graph", "the graph is not finalized");
+    struct dot d = {.g = g, .o = opts};
+    uint32_t nv = g->n_nodes;
+    int nd_dev = g->n_devices > 0 ? g->n_devices : 0;
+    d.state = calloc(nv ? nv : 1, 1);
+    d.an = calloc(nv ? nv : 1, sizeof(*d.an));
+    Agraph_t **cl = calloc((size_t)nd_dev + 1, sizeof(*cl));
+    bool *used = calloc((size_t)nd_dev + 1, sizeof(*used));
+    int rc = 0;
+    char name[96], buf[256];
+    ps_gv_capture_begin();
+    if (!d.state || !d.an || !cl || !used) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    for (uint32_t v = 0; v < nv; v++) {
+        const struct ps_node *nd = &g->nodes[v];
+        if (!in_filter(opts, nd)) continue;
+        d.state[v] = (!opts->tasks_only || kept_in_tasks_view(nd)) ? ST_KEEP : ST_CONTRACT;
+        if (d.state[v] == ST_KEEP && nd->device >= 0 && nd->device < nd_dev) used[nd->device] = 1;
+    }
+    value_range(&d);
+
+    d.G = agopen((char *)"pipescope", Agdirected, NULL);
+    if (!d.G) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    /* declarations first, in a fixed order (D1) */
+    static const char *const gnames[G__N] = {"newrank", "rankdir", "label",
+                                             "labelloc", "style",   "color"};
+    static const char *const nnames[N__N] = {"shape",       "style",    "fillcolor", "color",
+                                             "peripheries", "fontsize", "tooltip"};
+    static const char *const enames[E__N] = {"style", "color"};
+    for (int k = 0; k < G__N; k++) d.gs[k] = decl(d.G, AGRAPH, gnames[k]);
+    for (int k = 0; k < N__N; k++) d.ns[k] = decl(d.G, AGNODE, nnames[k]);
+    for (int k = 0; k < E__N; k++) d.es[k] = decl(d.G, AGEDGE, enames[k]);
+    for (int k = 0; k < G__N; k++)
+        if (!d.gs[k]) rc = -ENOMEM;
+    for (int k = 0; k < N__N; k++)
+        if (!d.ns[k]) rc = -ENOMEM;
+    for (int k = 0; k < E__N; k++)
+        if (!d.es[k]) rc = -ENOMEM;
+    if (rc) goto fail;
+
+    set(d.G, d.gs[G_NEWRANK], "true");
+    set(d.G, d.gs[G_RANKDIR], opts->rankdir ? opts->rankdir : "LR");
+    {
+        char label[512] = "";
+        if (opts->title) snprintf(label, sizeof(label), "%s", opts->title);
+        if (opts->node_value) {
+            size_t k = strlen(label);
+            snprintf(label + k, sizeof(label) - k, "%s%s: %.3g .. %.3g", k ? "\n" : "",
+                     opts->value_name ? opts->value_name : "value", d.vlo, d.vhi);
+        }
+        if (label[0]) {
+            set(d.G, d.gs[G_LABEL], label);
+            set(d.G, d.gs[G_LABELLOC], "t");
+        }
+    }
+    for (int dev = 0; dev < nd_dev; dev++) {
+        if (!used[dev]) continue;
+        snprintf(name, sizeof(name), "cluster_dev%d", dev);
+        cl[dev] = agsubg(d.G, name, 1);
+        if (!cl[dev]) {
+            rc = -ENOMEM;
+            goto fail;
+        }
+        set(cl[dev], d.gs[G_LABEL], ps_viz_device_name(g, dev, buf, (int)sizeof(buf)));
+        set(cl[dev], d.gs[G_STYLE], "rounded");
+        set(cl[dev], d.gs[G_COLOR], "#999999");
+    }
+    for (uint32_t v = 0; v < nv; v++) {
+        if (d.state[v] != ST_KEEP) continue;
+        const struct ps_node *nd = &g->nodes[v];
+        ps_node_name(g, v, name, (int)sizeof(name));
+        if (agnode(d.G, name, 0)) { /* names are unique in built graphs; keep it so anyway */
+            size_t k = strlen(name);
+            snprintf(name + k, sizeof(name) - k, "#%u", v);
+        }
+        Agraph_t *home = nd->device >= 0 && nd->device < nd_dev ? cl[nd->device] : d.G;
+        d.an[v] = agnode(home, name, 1);
+        if (!d.an[v]) {
+            rc = -ENOMEM;
+            goto fail;
+        }
+        style_node(&d, v, d.an[v]);
+    }
+    if (opts->tasks_only) {
+        rc = contracted_edges(&d);
+    } else {
+        for (uint32_t e = 0; e < g->n_edges && !rc; e++) {
+            const struct ps_edge *ed = &g->edges[e];
+            if (!edge_allowed(opts, ed->kind)) continue;
+            if (d.state[ed->src] != ST_KEEP || d.state[ed->dst] != ST_KEEP) continue;
+            rc = add_edge(&d, ed->src, ed->dst, ed->kind);
+        }
+    }
+    if (rc) goto fail;
+    ps_gv_capture_end();
+    free(d.state);
+    free(d.an);
+    free(cl);
+    free(used);
+    *out = d.G;
+    return 0;
+
+fail: {
+    const char *msg = ps_gv_capture_end();
+    if (d.G) agclose(d.G);
+    free(d.state);
+    free(d.an);
+    free(cl);
+    free(used);
+    if (rc == -ENOMEM)
+        return ps_diag_set(diag, rc, "graphviz", "out of memory building the graph%s%s",
+                           msg[0] ? ": " : "", msg);
+    return ps_diag_set(diag, rc, "graphviz", "cannot build the graph: %s", msg);
+}
+}
+
+int ps_dot_write(const struct ps_graph *g, const struct ps_dot_opts *o, FILE *f,
+                 struct ps_diag *diag)
+{
+    Agraph_t *G;
+    int rc = ps_dot_build(g, o, &G, diag);
+    if (rc < 0) return rc;
+    ps_gv_capture_begin();
+    int w = agwrite(G, f);
+    const char *msg = ps_gv_capture_end();
+    agclose(G);
+    if (w != 0 || ferror(f))
+        return ps_diag_set(diag, -EIO, "dot", "cannot write the graph%s%s", msg[0] ? ": " : "",
+                           msg);
+    return 0;
+}
+
+struct dot_args {
+    const struct ps_graph *g;
+    const struct ps_dot_opts *o;
+    int (*write)(const struct ps_graph *, const struct ps_dot_opts *, FILE *, struct ps_diag *);
+};
+
+static int write_cb(FILE *f, void *ctx, struct ps_diag *diag)
+{
+    struct dot_args *a = ctx;
+    return a->write(a->g, a->o, f, diag);
+}
+
+int ps_graph_format_write_file(const struct ps_graph_format *fmt, const struct ps_graph *g,
+                               const struct ps_dot_opts *o, const char *path,
+                               struct ps_diag *diag)
+{
+    struct dot_args a = {g, o, fmt->write};
+    return ps_out_write(path, write_cb, &a, diag);
+}
+
+int ps_dot_write_file(const struct ps_graph *g, const struct ps_dot_opts *o, const char *path,
+                      struct ps_diag *diag)
+{
+    struct dot_args a = {g, o, ps_dot_write};
+    return ps_out_write(path, write_cb, &a, diag);
+}
+
+/* ---- the ops table of graph formats ----------------------------------------------------- */
+
+const struct ps_graph_format ps_graph_formats[] = {
+    {"dot", ".dot", ps_dot_write},
+    {"svg", ".svg", ps_svg_write},
+};
+const int ps_graph_n_formats = (int)(sizeof(ps_graph_formats) / sizeof(ps_graph_formats[0]));
+
+const struct ps_graph_format *ps_graph_format_find(const char *s)
+{
+    if (!s) return NULL;
+    const char *dot = strrchr(s, '.'), *slash = strrchr(s, '/');
+    for (int k = 0; k < ps_graph_n_formats; k++) {
+        const struct ps_graph_format *f = &ps_graph_formats[k];
+        if (strcmp(s, f->name) == 0) return f;
+        if (dot && (!slash || dot > slash) && strcmp(dot, f->ext) == 0) return f;
+    }
+    if (dot && (!slash || dot > slash) && strcmp(dot, ".gv") == 0) return &ps_graph_formats[0];
+    return NULL;
+}
