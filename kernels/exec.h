@@ -12,7 +12,7 @@
  * The executor reproduces torchgpipe's numerics (SEMANTICS.md sections 5 and 7): a checkpointed
  * F runs without recording (its activations are dropped, only its input is kept) and R re-runs it
  * with grad on, with the same dropout mask, just before B; BatchNorm running statistics change
- * according to spec->batchnorm, and every change is logged (struct ps_bn_update) in the order it
+ * according to spec->batchnorm, and every change is logged (struct ps_exec_bn_update) in the order it
  * happened. The measured timeline (one record per executed F/B/R node, CLOCK_MONOTONIC, of the
  * LAST step, relative to that step's start) uses the simulator's record format.
  *
@@ -73,18 +73,18 @@ void ps_state_finish(struct ps_state *st); /* accepts a zeroed struct */
 
 enum ps_backend { PS_BACKEND_CPU, PS_BACKEND_CUDA };
 
-enum ps_bn_phase {
-    PS_BN_PHASE_FORWARD,   /* plain / grad-only: a training forward updated the running stats */
-    PS_BN_PHASE_RECOMPUTE, /* plain / grad-only: the recompute R(i,j) updated them */
-    PS_BN_PHASE_COMMIT,    /* deferred: the pooled statistics were committed */
+enum ps_exec_bn_phase {
+    PS_EXEC_BN_FORWARD,   /* plain / grad-only: a training forward updated the running stats */
+    PS_EXEC_BN_RECOMPUTE, /* plain / grad-only: the recompute R(i,j) updated them */
+    PS_EXEC_BN_COMMIT,    /* deferred: the pooled statistics were committed */
 };
 
 /* One change of one BN layer's running statistics. mean/var are the statistics fed into the
  * EMA (plain: micro-batch mean and UNBIASED variance; commit: pooled mean and BIASED variance),
  * factor is the EMA factor a, count the elements per channel they were computed from. */
-struct ps_bn_update {
+struct ps_exec_bn_update {
     int32_t layer, step, mb;
-    uint8_t phase;     /* enum ps_bn_phase */
+    uint8_t phase;     /* enum ps_exec_bn_phase */
     uint32_t node;     /* graph node that ran it (F or R) */
     int64_t count;
     double factor;
@@ -104,7 +104,7 @@ struct ps_exec_result {
     double total_us;
     struct ps_state state; /* after the last step */
     uint32_t n_bn, cap_bn;
-    struct ps_bn_update *bn;
+    struct ps_exec_bn_update *bn;
     struct ps_trace trace; /* PS_TRACE_CPU */
 };
 
@@ -119,6 +119,6 @@ void ps_exec_result_finish(struct ps_exec_result *res); /* accepts a zeroed stru
 
 /* Whether a backend can run here; on false, why (diag) — e.g. "not built: no nvcc at build time". */
 bool ps_exec_backend_available(enum ps_backend b, struct ps_diag *d);
-const char *ps_bn_phase_name(enum ps_bn_phase p);
+const char *ps_exec_bn_phase_name(enum ps_exec_bn_phase p);
 
 #endif

@@ -89,19 +89,19 @@ static size_t act_numel(const struct exec *ex, int i, int l)
 
 /* ---- BN log ---------------------------------------------------------------------------- */
 
-static int log_update(struct exec *ex, int l, int i, enum ps_bn_phase ph, uint32_t node,
+static int log_update(struct exec *ex, int l, int i, enum ps_exec_bn_phase ph, uint32_t node,
                       int64_t count, double factor, const double *mean, const double *var,
                       size_t C)
 {
     struct ps_exec_result *r = ex->res;
     if (r->n_bn == r->cap_bn) {
         uint32_t c = r->cap_bn ? r->cap_bn * 2 : 64;
-        struct ps_bn_update *q = realloc(r->bn, (size_t)c * sizeof(*q));
+        struct ps_exec_bn_update *q = realloc(r->bn, (size_t)c * sizeof(*q));
         if (!q) return ps_diag_set(ex->d, -ENOMEM, "exec", "out of memory for the BN log");
         r->bn = q;
         r->cap_bn = c;
     }
-    struct ps_bn_update *u = &r->bn[r->n_bn];
+    struct ps_exec_bn_update *u = &r->bn[r->n_bn];
     memset(u, 0, sizeof(*u));
     u->layer = l;
     u->step = ex->step;
@@ -249,7 +249,7 @@ static int layer_forward(struct exec *ex, int i, int l, bool grad, bool recomput
                 ls->count = 0;
                 ls->tracked = 0;
                 ls->num_batches_tracked = bn.num_batches_tracked;
-                rc = log_update(ex, l, i, PS_BN_PHASE_COMMIT, node, cnt,
+                rc = log_update(ex, l, i, PS_EXEC_BN_COMMIT, node, cnt,
                                 ps_cpu_bn_factor(&bn, bn.num_batches_tracked), ex->tmp_mean,
                                 ex->tmp_var, C);
                 if (rc) break;
@@ -265,7 +265,7 @@ static int layer_forward(struct exec *ex, int i, int l, bool grad, bool recomput
         }
         if (mode == PS_BN_TRAIN) {
             ls->num_batches_tracked = bn.num_batches_tracked;
-            rc = log_update(ex, l, i, recompute ? PS_BN_PHASE_RECOMPUTE : PS_BN_PHASE_FORWARD,
+            rc = log_update(ex, l, i, recompute ? PS_EXEC_BN_RECOMPUTE : PS_EXEC_BN_FORWARD,
                             node, (int64_t)(n * S), ps_cpu_bn_factor(&bn, bn.num_batches_tracked),
                             ex->tmp_mean, ex->tmp_var, C);
         }
@@ -539,12 +539,12 @@ bool ps_exec_backend_available(enum ps_backend b, struct ps_diag *d)
     return false;
 }
 
-const char *ps_bn_phase_name(enum ps_bn_phase p)
+const char *ps_exec_bn_phase_name(enum ps_exec_bn_phase p)
 {
     switch (p) {
-    case PS_BN_PHASE_FORWARD: return "forward";
-    case PS_BN_PHASE_RECOMPUTE: return "recompute";
-    case PS_BN_PHASE_COMMIT: return "commit";
+    case PS_EXEC_BN_FORWARD: return "forward";
+    case PS_EXEC_BN_RECOMPUTE: return "recompute";
+    case PS_EXEC_BN_COMMIT: return "commit";
     }
     return "?";
 }

@@ -163,9 +163,10 @@ static int load_npy(struct ps_data *dt, const struct ps_spec *spec, const struct
             return -EINVAL;
         }
         if (t.descr[1] == 'f') {
+            ps_diag_set(d, -EINVAL, spec->data_targets,
+                        "dtype '%s': expected integer labels (int32 or int64)", t.descr);
             ps_npy_finish(&t);
-            return ps_diag_set(d, -EINVAL, spec->data_targets,
-                               "dtype '%s': expected integer labels (int32 or int64)", t.descr);
+            return -EINVAL;
         }
         dt->labels = t.u.i64;
         return check_labels(dt->labels, dt->n_samples, dt->classes, spec->data_targets, d);

@@ -243,7 +243,7 @@ static void check_order(const char *ckpt, const char *policy, const char *expect
             char got[256] = "";
             size_t o = 0;
             for (uint32_t k = 0; k < r.res.n_bn; k++) {
-                const struct ps_bn_update *u = &r.res.bn[k];
+                const struct ps_exec_bn_update *u = &r.res.bn[k];
                 if (u->layer != layer || u->step != step) continue;
                 o += (size_t)snprintf(got + o, sizeof(got) - o, "%s%d%c", o ? " " : "", u->mb,
                                       "frc"[u->phase]);
@@ -286,9 +286,9 @@ static void test_bn_log_values(void **state)
     assert_int_equal(r.res.n_bn, 16);
     for (uint32_t a = 0; a < r.res.n_bn; a++)
         for (uint32_t b = 0; b < r.res.n_bn; b++) {
-            const struct ps_bn_update *x = &r.res.bn[a], *y = &r.res.bn[b];
-            if (x->layer != y->layer || x->mb != y->mb || x->phase != PS_BN_PHASE_FORWARD ||
-                y->phase != PS_BN_PHASE_RECOMPUTE)
+            const struct ps_exec_bn_update *x = &r.res.bn[a], *y = &r.res.bn[b];
+            if (x->layer != y->layer || x->mb != y->mb || x->phase != PS_EXEC_BN_FORWARD ||
+                y->phase != PS_EXEC_BN_RECOMPUTE)
                 continue;
             int C = x->layer == 1 ? 5 : 4;
             for (int c = 0; c < C; c++) {
@@ -336,9 +336,9 @@ static void test_deferred_short(void **state)
     execute(&r, 4); /* 12 micro-batches tracked: commits at (step 1, mb 0), (2, 1), (3, 2) */
     int n = 0;
     for (uint32_t k = 0; k < r.res.n_bn; k++) {
-        const struct ps_bn_update *u = &r.res.bn[k];
+        const struct ps_exec_bn_update *u = &r.res.bn[k];
         if (u->layer != 1) continue;
-        assert_int_equal(u->phase, PS_BN_PHASE_COMMIT);
+        assert_int_equal(u->phase, PS_EXEC_BN_COMMIT);
         assert_int_equal(u->step, n + 1);
         assert_int_equal(u->mb, n);
         assert_int_equal(u->count, 8);

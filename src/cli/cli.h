@@ -74,6 +74,7 @@ const char *ps_cli_bytes(double b, char *buf, int len);
 
 int ps_cmd_check(struct ps_cli *cli);
 int ps_cmd_graph(struct ps_cli *cli);
+int ps_cmd_run(struct ps_cli *cli);
 
 extern const struct ps_cmd ps_commands[];
 

@@ -27,6 +27,9 @@ const struct ps_cmd ps_commands[] = {
      "graph SPEC [--order] [--forward|--backward|--all] [--tasks] [--dot FILE] [--svg FILE] "
      "[--json FILE] [--no-phony]",
      ps_cmd_graph},
+    {"run", "train for real (cpu reference kernels): loss, BN statistics, measured timeline",
+     "run SPEC [--backend cpu|cuda] [--steps N] [--save-state DIR] [--trace FILE] [--json FILE]",
+     ps_cmd_run},
     {"version", "version and build options", "version [--build-options]", cmd_version},
     {NULL, NULL, NULL, NULL},
 };

@@ -1,0 +1,200 @@
+/* pipescope run: trains for real with an executor (kernels/exec.h) and reports what happened.
+ *
+ *   pipescope run SPEC [--backend cpu|cuda] [--steps N] [--save-state DIR] [--trace FILE]
+ *                      [--json FILE]
+ *
+ * Prints the loss of every step and, per BatchNorm layer, how its running statistics were
+ * updated in one step (e.g. "0f 1f 2f 3f 3r 2r 1r 0r": micro-batch and f = forward,
+ * r = recompute, c = deferred commit) with the final statistics. Outputs are written only after
+ * the whole run succeeded, each atomically (the state folder as DIR.tmp, then renamed), so a
+ * failed run leaves no output file behind.
+ * Exit codes: 0 ok, 2 bad input (spec, weights, data) or usage, 3 backend unavailable,
+ * 1 the execution order got stuck (a graph without its dependencies, see `check`).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "exec.h"
+#include "viz.h"
+
+static int parse_steps(const char *v, int *out)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (end == v || *end || errno || x < 1 || x > (1 << 20)) return -1;
+    *out = (int)x;
+    return 0;
+}
+
+static void print_floats(const char *label, const float *v, int64_t n)
+{
+    printf("    %-13s", label);
+    int64_t show = n > 8 ? 8 : n;
+    for (int64_t c = 0; c < show; c++) printf(" %.6g", (double)v[c]);
+    if (n > show) printf(" ... (%lld channels)", (long long)n);
+    printf("\n");
+}
+
+static void print_bn(const struct ps_spec *s, const struct ps_exec_result *r)
+{
+    int last = r->steps - 1;
+    for (int l = 0; l < s->n_layers; l++) {
+        if (s->layers[l].op != PS_OP_BATCHNORM) continue;
+        const struct ps_layer_state *ls = &r->state.layers[l];
+        int total = 0, in_last = 0;
+        for (uint32_t k = 0; k < r->n_bn; k++)
+            if (r->bn[k].layer == l) {
+                total++;
+                in_last += r->bn[k].step == last;
+            }
+        printf("  layer %d: %d update%s in %d step%s, %d in the last:", l, total,
+               total == 1 ? "" : "s", r->steps, r->steps == 1 ? "" : "s", in_last);
+        for (uint32_t k = 0; k < r->n_bn; k++) {
+            const struct ps_exec_bn_update *u = &r->bn[k];
+            if (u->layer == l && u->step == last) printf(" %d%c", u->mb, "frc"[u->phase]);
+        }
+        printf("\n");
+        print_floats("running_mean", ls->running_mean, ls->channels);
+        print_floats("running_var", ls->running_var, ls->channels);
+        printf("    num_batches_tracked %lld\n", (long long)ls->num_batches_tracked);
+    }
+}
+
+static cJSON *float_array(const float *v, int64_t n)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (int64_t k = 0; a && k < n; k++) ps_json_add_number(a, NULL, (double)v[k]);
+    return a;
+}
+
+static int add_report(cJSON *root, const struct ps_ctx *ctx, const char *backend,
+                      const struct ps_exec_result *r)
+{
+    const struct ps_spec *s = ctx->spec;
+    cJSON *ex = cJSON_CreateObject();
+    if (!ex) return -ENOMEM;
+    ps_json_add_string(ex, "backend", backend);
+    ps_json_add_int(ex, "steps", r->steps);
+    ps_json_add_int(ex, "micro_batches", s->mb_count);
+    ps_json_add_number(ex, "makespan_us", ps_trace_makespan(&r->trace));
+    ps_json_add_int(ex, "dropped_records", (int64_t)r->trace.dropped);
+    ps_json_add_number(ex, "total_us", r->total_us);
+    cJSON *loss = cJSON_AddArrayToObject(ex, "loss");
+    cJSON *us = cJSON_AddArrayToObject(ex, "step_us");
+    for (int k = 0; k < r->steps; k++) {
+        ps_json_add_number(loss, NULL, r->loss[k]);
+        ps_json_add_number(us, NULL, r->step_us[k]);
+    }
+    if (ps_json_set(root, "execution", ex)) return -ENOMEM;
+
+    cJSON *bn = cJSON_CreateObject();
+    if (!bn) return -ENOMEM;
+    ps_json_add_string(bn, "policy", ps_bn_policy_name(s->batchnorm));
+    cJSON *layers = cJSON_AddArrayToObject(bn, "layers");
+    for (int l = 0; l < s->n_layers && layers; l++) {
+        if (s->layers[l].op != PS_OP_BATCHNORM) continue;
+        const struct ps_layer_state *ls = &r->state.layers[l];
+        cJSON *lo = cJSON_CreateObject();
+        if (!lo) break;
+        cJSON_AddItemToArray(layers, lo);
+        ps_json_add_int(lo, "layer", l);
+        cJSON *ups = cJSON_AddArrayToObject(lo, "updates");
+        for (uint32_t k = 0; k < r->n_bn && ups; k++) {
+            const struct ps_exec_bn_update *u = &r->bn[k];
+            if (u->layer != l) continue;
+            cJSON *uo = cJSON_CreateObject();
+            if (!uo) break;
+            cJSON_AddItemToArray(ups, uo);
+            ps_json_add_int(uo, "step", u->step);
+            ps_json_add_int(uo, "mb", u->mb);
+            ps_json_add_string(uo, "phase", ps_exec_bn_phase_name((enum ps_exec_bn_phase)u->phase));
+            ps_json_add_int(uo, "count", u->count);
+            ps_json_add_number(uo, "factor", u->factor);
+            cJSON_AddItemToObject(uo, "mean", float_array(u->mean, ls->channels));
+            cJSON_AddItemToObject(uo, "var", float_array(u->var, ls->channels));
+        }
+        cJSON_AddItemToObject(lo, "running_mean", float_array(ls->running_mean, ls->channels));
+        cJSON_AddItemToObject(lo, "running_var", float_array(ls->running_var, ls->channels));
+        ps_json_add_int(lo, "num_batches_tracked", ls->num_batches_tracked);
+    }
+    return ps_json_set(root, "batchnorm", bn);
+}
+
+int ps_cmd_run(struct ps_cli *cli)
+{
+    const char *backend = "cpu", *save = NULL, *v;
+    int steps = 0;
+    for (int k = 0; k < cli->argc; k++) {
+        if ((v = ps_cli_arg(cli, &k, "--backend"))) {
+            if (strcmp(v, "cpu") && strcmp(v, "cuda"))
+                return ps_cli_usage(cli, "--backend must be cpu or cuda, not '%s'", v);
+            backend = v;
+        } else if ((v = ps_cli_arg(cli, &k, "--steps"))) {
+            if (parse_steps(v, &steps))
+                return ps_cli_usage(cli, "--steps must be an integer in 1..1048576, not '%s'", v);
+        } else if ((v = ps_cli_arg(cli, &k, "--save-state"))) {
+            if (!*v) return ps_cli_usage(cli, "--save-state needs a folder");
+            save = v;
+        } else {
+            return ps_cli_usage(cli, "unknown option '%s'", cli->argv[k]);
+        }
+    }
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    struct ps_exec_opts o;
+    ps_exec_opts_init(&o);
+    o.backend = strcmp(backend, "cuda") == 0 ? PS_BACKEND_CUDA : PS_BACKEND_CPU;
+    o.steps = steps;
+    if (!ps_exec_backend_available(o.backend, &d)) return ps_cli_fail(&d, PS_EXIT_BACKEND);
+
+    struct ps_ctx ctx;
+    int rc = ps_ctx_load(&ctx, cli, NULL);
+    if (rc) return rc;
+    const struct ps_spec *s = ctx.spec;
+    struct ps_exec_result r;
+    rc = ps_exec_run(ctx.graph, &ctx.order, &o, &r, &d);
+    if (rc) {
+        ps_ctx_finish(&ctx);
+        return ps_cli_fail(&d, rc == -ENOTSUP ? PS_EXIT_BACKEND
+                               : rc == -EDEADLK ? PS_EXIT_FOUND
+                                                : PS_EXIT_INPUT);
+    }
+    int code = PS_EXIT_OK;
+    if (cli->verbosity >= 0) {
+        printf("run: %s on %s, %d step%s, batch %lld in %d micro-batches (chunks %d), "
+               "checkpoint %s, batchnorm %s\n",
+               s->name ? s->name : s->path, backend, r.steps, r.steps == 1 ? "" : "s",
+               (long long)s->batch, s->mb_count, s->chunks, ps_checkpoint_name(s->checkpoint),
+               ps_bn_policy_name(s->batchnorm));
+        for (int k = 0; k < r.steps; k++)
+            printf("  step %d  loss %.9g  (%.3f ms)\n", k, r.loss[k], r.step_us[k] / 1000.0);
+        bool any = false;
+        for (int l = 0; l < s->n_layers; l++) any |= s->layers[l].op == PS_OP_BATCHNORM;
+        if (any) {
+            printf("batchnorm running statistics (f = forward, r = recompute, c = commit):\n");
+            print_bn(s, &r);
+        }
+    }
+    if (save && ps_state_save(&r.state, s, ctx.model, save, &d))
+        code = ps_cli_fail(&d, PS_EXIT_INPUT);
+    if (code == PS_EXIT_OK && cli->trace &&
+        ps_chrome_write_file(ctx.graph, &r.trace, NULL, cli->trace, &d))
+        code = ps_cli_fail(&d, PS_EXIT_INPUT);
+    if (code == PS_EXIT_OK && cli->json) {
+        cJSON *root = ps_report_new();
+        if (!root || ps_report_add_spec(root, s) || add_report(root, &ctx, backend, &r)) {
+            ps_diag_set(&d, -ENOMEM, cli->json, "out of memory building the report");
+            code = ps_cli_fail(&d, PS_EXIT_INPUT);
+        } else if (ps_report_write(root, cli->json, &d)) {
+            code = ps_cli_fail(&d, PS_EXIT_INPUT);
+        }
+        cJSON_Delete(root);
+    }
+    ps_exec_result_finish(&r);
+    ps_ctx_finish(&ctx);
+    return code;
+}
