@@ -26,6 +26,27 @@ struct ps_order {
     uint32_t *pos;    /* pos[node] = entry index, UINT32_MAX when the node never runs */
 };
 
+/* The autograd nodes one partition forward records, in creation order (PyTorch 1.13): linear =
+ * TBackward0 [weight] + AddmmBackward0 [bias, input, T] (MmBackward0 [input, T] without bias),
+ * conv2d = ConvolutionBackward0 [input, weight, bias], batchnorm = NativeBatchNormBackward0
+ * [input, weight, bias], relu/maxpool2d/dropout/flatten(of [C,H,W]) one node [input], each only
+ * when an input requires grad. next[] lists a node's next_functions in order: the previous node
+ * of the program, the partition's input, or a parameter's AccumulateGrad. */
+enum ps_ref_kind { PS_REF_PREV, PS_REF_INPUT, PS_REF_PARAM };
+struct ps_prog_ref {
+    uint8_t kind;  /* enum ps_ref_kind */
+    uint16_t arg;  /* PREV: node index; PARAM: parameter index within the partition */
+};
+struct ps_prog_node {
+    uint8_t n_next;
+    struct ps_prog_ref next[3];
+};
+#define PS_PROG_MAX 4096
+/* Fills prog (capacity PS_PROG_MAX) for partition `part` whose input requires grad or not;
+ * returns the node count (0 when nothing is recorded) and the parameter count in *n_params. */
+int ps_engine_program(const struct ps_spec *spec, const struct ps_model *model, int part,
+                      bool input_requires_grad, struct ps_prog_node *prog, int *n_params);
+
 /* Derives the execution order. Returns 0, or -EDEADLK when backward gets stuck (diag names the
  * waiting nodes), or -ENOMEM. */
 int ps_engine_order(const struct ps_graph *g, struct ps_order *o, struct ps_diag *diag);

@@ -223,7 +223,7 @@ static void set_costs(struct builder *b, uint32_t v, int i, int j)
     const struct ps_partition_info *p = &g->model->parts[j];
     double bs = (double)b->mb_size[i];
     nd->flops = p->fwd_flops * bs;
-    nd->bytes = p->fwd_bytes * bs;
+    nd->bytes = p->fwd_bytes * bs + p->fwd_param_bytes; /* weights read once per micro-batch */
 }
 
 int ps_graph_build(const struct ps_spec *spec, const struct ps_model *model,
@@ -255,7 +255,7 @@ int ps_graph_build(const struct ps_spec *spec, const struct ps_model *model,
     g->rec = malloc((size_t)m * (size_t)n * sizeof(uint32_t));
     /* inputs of each task, for Recompute's edges: tin[i*n+j] */
     uint32_t *tin = malloc((size_t)m * (size_t)n * sizeof(uint32_t));
-    uint32_t *pending = malloc((size_t)n * sizeof(uint32_t));
+    uint32_t *pending = malloc((size_t)2 * n * sizeof(uint32_t));
     if (!g || !pending || !b.seq || !b.cur || !b.cs || !b.compute || !g->fwd || !g->bwd || !g->rec || !tin) {
         free(b.seq);
         free(b.cur);
@@ -341,6 +341,11 @@ int ps_graph_build(const struct ps_spec *spec, const struct ps_model *model,
             }
         }
         uint32_t issue = host_prev;
+        /* tasks of the previous tick that no host node has waited for yet (nothing to collect,
+           as with one partition and no checkpoint): this tick is issued after them */
+        int n_prev = n_pending;
+        for (int pp = 0; pp < n_prev; pp++) pending[n + pp] = pending[pp];
+        n_pending = 0;
         for (int j = jlo; j <= jhi; j++) {
             int i = k - j;
             int dj = dev_of(g, j);
@@ -359,6 +364,7 @@ int ps_graph_build(const struct ps_spec *spec, const struct ps_model *model,
             tin[(size_t)i * n + j] = b.cur[i];
             ps_graph_add_edge(g, b.cur[i], f, PS_EDGE_DATA);
             ps_graph_add_edge(g, issue, f, PS_EDGE_HOST);
+            for (int pp = 0; pp < n_prev; pp++) ps_graph_add_edge(g, pending[n + pp], f, PS_EDGE_HOST);
             pending[n_pending++] = f;
             b.cur[i] = f;
             g->fwd[(size_t)i * n + j] = f;
@@ -429,7 +435,7 @@ int ps_graph_build(const struct ps_spec *spec, const struct ps_model *model,
             const struct ps_partition_info *p = &g->model->parts[nd.part];
             double bs = (double)b.mb_size[nd.mb];
             nd.flops = p->bwd_flops * bs;
-            nd.bytes = p->bwd_bytes * bs;
+            nd.bytes = p->bwd_bytes * bs + p->bwd_param_bytes;
             nd.act_bytes = 0;
         } else if (nd.kind == PS_NODE_RECOMPUTE) {
             /* r(i,j) is a no-op in forward; its twin R(i,j) does the work and allocates */

@@ -151,13 +151,20 @@ int ps_cmd_check(struct ps_cli *cli)
         printf("result: %s\n", a.ok ? "ok" : "violations found");
     }
     if (cli->json) {
-        void *root = ps_report_new();
+        cJSON *root = ps_report_new();
         ps_report_add_spec(root, s);
         ps_report_add_graph(root, g);
         ps_report_add_analysis(root, g, &a, &ctx.order);
-        if (whatif) ps_report_add_whatif(root, gw, &b, &ow);
+        if (whatif) {
+            /* the same analysis section for the graph without depend() edges */
+            cJSON *tmp = ps_report_new();
+            ps_report_add_analysis(tmp, gw, &b, &ow);
+            cJSON *sec = cJSON_DetachItemFromObject(tmp, "analysis");
+            if (sec) ps_json_set(root, "no_phony", sec);
+            cJSON_Delete(tmp);
+        }
         if (ps_report_write(root, cli->json, &d)) code = ps_cli_fail(&d, PS_EXIT_INPUT);
-        ps_report_free(root);
+        cJSON_Delete(root);
     }
     free(cost);
     ps_analysis_finish(&a);

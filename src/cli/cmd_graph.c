@@ -32,22 +32,20 @@ static void print_order(const struct ps_ctx *ctx, FILE *f)
 int ps_cmd_graph(struct ps_cli *cli)
 {
     bool order = false, nophony = false, tasks = false;
-    int filter = PS_VIZ_ALL;
+    enum ps_dot_filter filter = PS_DOT_ALL;
     const char *dot = NULL, *v;
     for (int k = 0; k < cli->argc; k++) {
         if (ps_cli_flag(cli, k, "--order")) order = true;
         else if (ps_cli_flag(cli, k, "--no-phony")) nophony = true;
         else if (ps_cli_flag(cli, k, "--tasks")) tasks = true;
-        else if (ps_cli_flag(cli, k, "--forward")) filter = PS_VIZ_FORWARD;
-        else if (ps_cli_flag(cli, k, "--backward")) filter = PS_VIZ_BACKWARD;
-        else if (ps_cli_flag(cli, k, "--all")) filter = PS_VIZ_ALL;
+        else if (ps_cli_flag(cli, k, "--forward")) filter = PS_DOT_FORWARD;
+        else if (ps_cli_flag(cli, k, "--backward")) filter = PS_DOT_BACKWARD;
+        else if (ps_cli_flag(cli, k, "--all")) filter = PS_DOT_ALL;
         else if ((v = ps_cli_arg(cli, &k, "--dot"))) dot = v;
         else return ps_cli_usage(cli, "unknown option '%s'", cli->argv[k]);
     }
     if (dot && !*dot) return ps_cli_usage(cli, "--dot needs a file");
     struct ps_ctx ctx;
-    struct ps_spec *sp = NULL;
-    (void)sp;
     int rc = ps_ctx_load(&ctx, cli, NULL);
     if (rc) return rc;
     struct ps_diag d;
@@ -63,17 +61,26 @@ int ps_cmd_graph(struct ps_cli *cli)
     }
     const struct ps_graph *g = ctx.graph;
     int code = 0;
-    struct ps_viz_dot_opts vo = {.filter = filter, .tasks_only = tasks};
-    if (dot && ps_viz_dot_write(g, &vo, dot, &d)) code = ps_cli_fail(&d, PS_EXIT_INPUT);
-    if (!code && cli->svg && ps_viz_svg_write(g, &vo, cli->svg, &d))
+    struct ps_dot_opts vo;
+    ps_dot_opts_init(&vo);
+    vo.filter = filter;
+    vo.tasks_only = tasks;
+    vo.title = ctx.spec->name;
+    if (dot && ps_dot_write_file(g, &vo, dot, &d)) code = ps_cli_fail(&d, PS_EXIT_INPUT);
+    if (!code && cli->svg && ps_svg_write_file(g, &vo, cli->svg, &d))
         code = ps_cli_fail(&d, PS_EXIT_INPUT);
     if (!code && cli->json) {
-        void *root = ps_report_new();
+        cJSON *root = ps_report_new();
         ps_report_add_spec(root, ctx.spec);
         ps_report_add_graph(root, g);
-        ps_report_add_order(root, g, &ctx.order);
+        cJSON *an = cJSON_CreateObject();
+        if (an) {
+            cJSON *ord = ps_report_order(g, &ctx.order);
+            if (ord) cJSON_AddItemToObject(an, "order", ord);
+            ps_json_set(root, "analysis", an);
+        }
         if (ps_report_write(root, cli->json, &d)) code = ps_cli_fail(&d, PS_EXIT_INPUT);
-        ps_report_free(root);
+        cJSON_Delete(root);
     }
     if (!code && order) print_order(&ctx, stdout);
     if (!code && !order && cli->verbosity >= 0 && !(cli->json && !strcmp(cli->json, "-"))) {

@@ -1,0 +1,30 @@
+#!/bin/sh
+# Engine-order goldens: for every tests/golden/order/CASE.json, `pipescope graph CASE.json
+# --order` must print exactly CASE.order, the F/R/B order recorded from PyTorch 1.13 running a
+# torchgpipe mirror (tests/golden/order/gen_order.py). Prints each mismatch with a diff.
+set -u
+bin=${PIPESCOPE:?PIPESCOPE not set}
+dir=${PS_SOURCE_ROOT:?PS_SOURCE_ROOT not set}/tests/golden/order
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+total=0
+bad=0
+for spec in "$dir"/*.json; do
+    case_=$(basename "$spec" .json)
+    want="$dir/$case_.order"
+    case "$case_" in index | engine_model_check) continue ;; esac
+    [ -f "$want" ] || { echo "missing $want"; bad=$((bad + 1)); continue; }
+    total=$((total + 1))
+    if ! "$bin" graph "$spec" --order -q >"$tmp/got" 2>"$tmp/err"; then
+        echo "FAIL $case_: exit $?: $(cat "$tmp/err")"
+        bad=$((bad + 1))
+        continue
+    fi
+    if ! cmp -s "$tmp/got" "$want"; then
+        echo "FAIL $case_"
+        diff "$want" "$tmp/got" | head -20
+        bad=$((bad + 1))
+    fi
+done
+echo "engine order goldens: $total cases, $bad mismatches"
+[ "$total" -gt 0 ] && [ "$bad" -eq 0 ]
