@@ -211,7 +211,14 @@ int ps_sim_run(const struct ps_graph *g, const struct ps_order *o, const double 
         end[v] = st + cost[v];
     }
 
-    /* records, statistics */
+    /* records, statistics; the trace is sized once (no regrowth copies) */
+    uint32_t nrec = 0;
+    for (uint32_t v = 0; v < nv; v++) nrec += end[v] >= 0 && nodes[v].stream >= 0;
+    if (nrec && !(s->trace.r = malloc((size_t)nrec * sizeof(*s->trace.r)))) {
+        rc = ps_diag_set(diag, -ENOMEM, "simulator", "out of memory");
+        goto out;
+    }
+    s->trace.cap = nrec;
     uint32_t last = PS_NONE;
     for (uint32_t v = 0; v < nv; v++) {
         if (end[v] < 0) continue;

@@ -74,6 +74,9 @@ const char *ps_cli_bytes(double b, char *buf, int len);
 
 int ps_cmd_check(struct ps_cli *cli);
 int ps_cmd_graph(struct ps_cli *cli);
+int ps_cmd_simulate(struct ps_cli *cli);
+int ps_cmd_sweep(struct ps_cli *cli);
+int ps_cmd_balance(struct ps_cli *cli);
 int ps_cmd_run(struct ps_cli *cli);
 
 extern const struct ps_cmd ps_commands[];

@@ -30,6 +30,18 @@ const struct ps_cmd ps_commands[] = {
     {"run", "train for real (cpu reference kernels): loss, BN statistics, measured timeline",
      "run SPEC [--backend cpu|cuda] [--steps N] [--save-state DIR] [--trace FILE] [--json FILE]",
      ps_cmd_run},
+    {"simulate", "simulated timeline: makespan, bubble, memory, recompute, BN update order",
+     "simulate SPEC [--actions FILE] [--no-phony] [--optimizer] [--costs FILE] [--trace FILE] "
+     "[--svg FILE] [--json FILE]",
+     ps_cmd_simulate},
+    {"sweep", "simulate over chunks x checkpoint x schedule: table, JSON, line plots",
+     "sweep SPEC [--chunks 1,2,4,...] [--checkpoint always,except_last,never] "
+     "[--schedule gpipe,1f1b,interleaved-1f1b,zb-h1] [--costs FILE] [-o DIR] [--json FILE]",
+     ps_cmd_sweep},
+    {"balance", "exact min-max partition vs the spec's balance and torchgpipe's heuristic",
+     "balance SPEC [--by time|memory] [--partitions N] [--memory-cap BYTES] [--costs FILE] "
+     "[--json FILE]",
+     ps_cmd_balance},
     {"version", "version and build options", "version [--build-options]", cmd_version},
     {NULL, NULL, NULL, NULL},
 };

@@ -1,0 +1,210 @@
+/* pipescope sweep: simulate a spec over chunks x checkpoint modes x schedules.
+ *
+ *   sweep SPEC --chunks 1,2,4,...,64 [--checkpoint always,except_last,never]
+ *              [--schedule gpipe,1f1b,...] [--costs FILE] [-o DIR] [--json FILE]
+ *
+ * Prints one row per configuration (makespan, throughput, bubble, peak activation memory,
+ * recompute overhead), progress on stderr; -o DIR writes sweep.json and line plots
+ * (makespan.svg, throughput.svg, bubble.svg, memory.svg; x = chunks, one line per
+ * schedule/checkpoint pair). Configurations that cannot be built (chunks above the batch,
+ * interleaved with m not a multiple of the devices) are skipped with a warning.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "simrun.h"
+#include "viz.h"
+
+static int parse_names(const char *s, const char *const *names, int n_names, int *out, int max)
+{
+    int n = 0;
+    const char *p = s;
+    while (*p && n < max) {
+        size_t len = strcspn(p, ",");
+        int hit = -1;
+        for (int k = 0; k < n_names; k++)
+            if (strlen(names[k]) == len && !strncmp(names[k], p, len)) hit = k;
+        if (hit < 0) return -1;
+        out[n++] = hit;
+        p += len;
+        if (*p == ',') p++;
+    }
+    return n;
+}
+
+struct row {
+    int chunks, sched, ckpt;
+    bool ok;
+    double makespan, throughput, bubble, recompute;
+    int64_t peak;
+};
+
+int ps_cmd_sweep(struct ps_cli *cli)
+{
+    static const char *const scheds[] = {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1"};
+    static const char *const ckpts[] = {"always", "except_last", "never"};
+    const char *chunks_s = NULL, *ck_s = NULL, *sc_s = NULL, *costs_path = NULL, *v;
+    for (int k = 0; k < cli->argc; k++) {
+        if ((v = ps_cli_arg(cli, &k, "--chunks"))) chunks_s = v;
+        else if ((v = ps_cli_arg(cli, &k, "--checkpoint"))) ck_s = v;
+        else if ((v = ps_cli_arg(cli, &k, "--schedule"))) sc_s = v;
+        else if ((v = ps_cli_arg(cli, &k, "--costs"))) costs_path = v;
+        else return ps_cli_usage(cli, "unknown option '%s'", cli->argv[k]);
+    }
+    if (!cli->spec_path) return ps_cli_usage(cli, "missing SPEC");
+    int *chunks = NULL, nc;
+    if (!chunks_s) chunks_s = "1,2,4,8,16,32,64";
+    if ((nc = ps_cli_int_list(chunks_s, &chunks)) < 0)
+        return ps_cli_usage(cli, "--chunks: expected a list like 1,2,4,8");
+    int ck[8], sc[8], nk = 0, ns = 0;
+    if (ck_s && (nk = parse_names(ck_s, ckpts, 3, ck, 8)) <= 0) {
+        free(chunks);
+        return ps_cli_usage(cli, "--checkpoint: expected always,except_last,never");
+    }
+    if (sc_s && (ns = parse_names(sc_s, scheds, 4, sc, 8)) <= 0) {
+        free(chunks);
+        return ps_cli_usage(cli, "--schedule: expected gpipe,1f1b,interleaved-1f1b,zb-h1");
+    }
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    struct ps_spec *spec = NULL;
+    struct ps_model *model = NULL;
+    struct ps_costs *costs = NULL;
+    struct row *rows = NULL;
+    int code = 0;
+    if (ps_spec_load(cli->spec_path, &spec, &d) || ps_model_build(spec, &model, &d)) {
+        code = ps_cli_fail(&d, PS_EXIT_INPUT);
+        goto out;
+    }
+    if (!nk) ck[nk++] = (int)spec->checkpoint;
+    if (!ns) sc[ns++] = (int)spec->schedule;
+    if ((code = ps_simrun_costs(cli, spec, costs_path, &costs))) goto out;
+    int total = nc * nk * ns, done = 0;
+    rows = calloc((size_t)total, sizeof(*rows));
+    if (!rows) {
+        code = ps_cli_fail(&d, PS_EXIT_INPUT);
+        goto out;
+    }
+    bool quiet = cli->verbosity < 0 || (cli->json && !strcmp(cli->json, "-"));
+    if (!quiet)
+        printf("%-17s %-11s %6s %4s %14s %14s %8s %12s %10s\n", "schedule", "checkpoint",
+               "chunks", "m", "makespan_us", "samples/s", "bubble", "peak_mem", "recompute");
+    for (int a = 0; a < ns; a++)
+        for (int b = 0; b < nk; b++)
+            for (int c = 0; c < nc; c++) {
+                struct row *r = &rows[done++];
+                r->chunks = chunks[c];
+                r->sched = sc[a];
+                r->ckpt = ck[b];
+                if (cli->verbosity >= 0)
+                    fprintf(stderr, "\rsweep: %d/%d %s %s chunks=%d   ", done, total,
+                            scheds[sc[a]], ckpts[ck[b]], chunks[c]);
+                ps_diag_clear(&d);
+                if (ps_spec_set_chunks(spec, chunks[c], &d)) {
+                    if (cli->verbosity >= 0) fputc('\n', stderr);
+                    ps_cli_warn(cli, "chunks=%d skipped: %s", chunks[c], d.msg);
+                    continue;
+                }
+                spec->schedule = (enum ps_schedule)sc[a];
+                spec->checkpoint = (enum ps_checkpoint)ck[b];
+                struct ps_graph_opts o;
+                ps_graph_opts_from_spec(spec, &o);
+                struct ps_simrun run;
+                if (ps_simrun(spec, model, &o, NULL, costs, &run, &d)) {
+                    if (cli->verbosity >= 0) fputc('\n', stderr);
+                    ps_cli_warn(cli, "%s %s chunks=%d skipped: %s", scheds[sc[a]], ckpts[ck[b]],
+                                chunks[c], d.msg);
+                    ps_simrun_finish(&run);
+                    continue;
+                }
+                r->ok = true;
+                r->makespan = run.sim.makespan_us;
+                r->throughput = r->makespan > 0 ? (double)spec->batch / (r->makespan * 1e-6) : 0;
+                r->bubble = run.sim.bubble_fraction;
+                r->recompute = run.sim.recompute_overhead;
+                for (int dv = 0; dv < run.sim.n_devices; dv++)
+                    if (run.sim.dev[dv].peak_bytes > r->peak) r->peak = run.sim.dev[dv].peak_bytes;
+                if (!quiet) {
+                    char mb[32];
+                    printf("%-17s %-11s %6d %4d %14.3f %14.1f %8.4f %12s %9.1f%%\n",
+                           scheds[sc[a]], ckpts[ck[b]], chunks[c], spec->mb_count, r->makespan,
+                           r->throughput, r->bubble, ps_cli_bytes((double)r->peak, mb, sizeof(mb)),
+                           100 * r->recompute);
+                    fflush(stdout);
+                }
+                ps_simrun_finish(&run);
+            }
+    if (cli->verbosity >= 0) fprintf(stderr, "\rsweep: %d configurations done.%20s\n", total, "");
+    cJSON *root = NULL;
+    if (cli->json || cli->outdir) {
+        root = ps_report_new();
+        cJSON *arr = cJSON_CreateArray();
+        for (int k = 0; k < total; k++) {
+            const struct row *r = &rows[k];
+            cJSON *x = cJSON_CreateObject();
+            ps_json_add_string(x, "schedule", scheds[r->sched]);
+            ps_json_add_string(x, "checkpoint", ckpts[r->ckpt]);
+            ps_json_add_int(x, "chunks", r->chunks);
+            ps_json_add_bool(x, "ok", r->ok);
+            if (r->ok) {
+                ps_json_add_number(x, "makespan_us", r->makespan);
+                ps_json_add_number(x, "throughput_samples_per_s", r->throughput);
+                ps_json_add_number(x, "bubble_fraction", r->bubble);
+                ps_json_add_int(x, "peak_bytes", r->peak);
+                ps_json_add_number(x, "recompute_overhead", r->recompute);
+            }
+            cJSON_AddItemToArray(arr, x);
+        }
+        ps_json_set(root, "sweep", arr);
+    }
+    if (cli->json && ps_report_write(root, cli->json, &d)) code = ps_cli_fail(&d, PS_EXIT_INPUT);
+    if (!code && cli->outdir) {
+        char path[4096];
+        mkdir(cli->outdir, 0755);
+        snprintf(path, sizeof(path), "%s/sweep.json", cli->outdir);
+        if (ps_report_write(root, path, &d)) code = ps_cli_fail(&d, PS_EXIT_INPUT);
+        static const char *const what[] = {"makespan", "throughput", "bubble", "memory"};
+        static const char *const ylab[] = {"makespan (us)", "samples/s", "bubble fraction",
+                                           "peak activation bytes"};
+        int nser = ns * nk;
+        double *x = malloc((size_t)nc * sizeof(double));
+        double *y = malloc((size_t)nser * (size_t)nc * sizeof(double));
+        struct ps_plot_series *ser = calloc((size_t)nser, sizeof(*ser));
+        char(*names)[64] = calloc((size_t)nser, 64);
+        for (int w = 0; w < 4 && !code && x && y && ser && names; w++) {
+            for (int c = 0; c < nc; c++) x[c] = chunks[c];
+            for (int s = 0; s < nser; s++) {
+                snprintf(names[s], 64, "%s %s", scheds[sc[s / nk]], ckpts[ck[s % nk]]);
+                ser[s].name = names[s];
+                ser[s].y = y + (size_t)s * nc;
+                for (int c = 0; c < nc; c++) {
+                    const struct row *r = &rows[s * nc + c];
+                    double val = w == 0 ? r->makespan : w == 1 ? r->throughput
+                                                : w == 2   ? r->bubble
+                                                           : (double)r->peak;
+                    y[(size_t)s * nc + c] = r->ok ? val : NAN;
+                }
+            }
+            struct ps_line_plot lp = {.title = what[w], .xlabel = "chunks", .ylabel = ylab[w],
+                                      .n = (uint32_t)nc, .x = x, .log2_x = true, .y_zero = true,
+                                      .n_series = (uint32_t)nser, .series = ser};
+            snprintf(path, sizeof(path), "%s/%s.svg", cli->outdir, what[w]);
+            if (ps_plot_lines_file(&lp, path, &d)) code = ps_cli_fail(&d, PS_EXIT_INPUT);
+        }
+        free(x);
+        free(y);
+        free(ser);
+        free(names);
+    }
+    cJSON_Delete(root);
+out:
+    free(rows);
+    free(chunks);
+    ps_costs_destroy(costs);
+    ps_model_destroy(model);
+    ps_spec_destroy(spec);
+    return code;
+}

@@ -1,0 +1,60 @@
+/* simrun: build, order, cost and simulate one configuration (see simrun.h). */
+#include "simrun.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+int ps_simrun(const struct ps_spec *spec, const struct ps_model *model,
+              const struct ps_graph_opts *opts, const struct ps_plan *plan,
+              const struct ps_costs *costs, struct ps_simrun *run, struct ps_diag *diag)
+{
+    memset(run, 0, sizeof(*run));
+    int rc = plan ? ps_schedule_build_plan(spec, model, opts, plan, &run->g, diag)
+                  : ps_graph_build(spec, model, opts, &run->g, diag);
+    if (rc) return rc;
+    if (opts->optimizer && run->g->root != PS_NONE && (rc = ps_schedule_add_optimizer(run->g)))
+        return ps_diag_set(diag, rc, spec->path, "out of memory");
+    if (run->g->root != PS_NONE) {
+        rc = ps_engine_order(run->g, &run->order, diag);
+    } else {
+        rc = ps_schedule_order(run->g, &run->order, diag);
+        if (rc == -EDEADLK) run->stuck = ps_schedule_stuck(run->g, &run->order);
+    }
+    if (rc) return rc;
+    run->cost = malloc(((size_t)run->g->n_nodes + 1) * sizeof(double));
+    if (!run->cost) return ps_diag_set(diag, -ENOMEM, spec->path, "out of memory");
+    if ((rc = ps_cost_fill(run->g, costs, run->cost, diag))) return rc;
+    struct ps_sim_opts so = {.launch_us = ps_cost_launch_us(run->g, costs)};
+    return ps_sim_run(run->g, &run->order, run->cost, &so, &run->sim, diag);
+}
+
+void ps_simrun_finish(struct ps_simrun *run)
+{
+    ps_sim_finish(&run->sim);
+    free(run->cost);
+    free(run->stuck);
+    ps_order_finish(&run->order);
+    ps_graph_destroy(run->g);
+    memset(run, 0, sizeof(*run));
+}
+
+int ps_simrun_costs(const struct ps_cli *cli, const struct ps_spec *spec, const char *override,
+                    struct ps_costs **out)
+{
+    *out = NULL;
+    const char *path = override ? override : spec->costs;
+    if (!path) return 0;
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    if (ps_costs_load(path, out, &d)) return ps_cli_fail(&d, PS_EXIT_INPUT);
+    if ((*out)->n_layers != spec->n_layers) {
+        ps_diag_set(&d, -EINVAL, path, "layers: %d entries, but the model has %d layers",
+                    (*out)->n_layers, spec->n_layers);
+        ps_costs_destroy(*out);
+        *out = NULL;
+        return ps_cli_fail(&d, PS_EXIT_INPUT);
+    }
+    (void)cli;
+    return 0;
+}
