@@ -17,6 +17,7 @@
  * node then gets its backward twin; backward edges are the forward edges reversed.
  */
 #include "graph.h"
+#include "engine.h"
 #include "schedule.h"
 
 #include <errno.h>
@@ -256,13 +257,15 @@ int ps_graph_build(const struct ps_spec *spec, const struct ps_model *model,
     /* inputs of each task, for Recompute's edges: tin[i*n+j] */
     uint32_t *tin = malloc((size_t)m * (size_t)n * sizeof(uint32_t));
     uint32_t *pending = malloc((size_t)2 * n * sizeof(uint32_t));
-    if (!g || !pending || !b.seq || !b.cur || !b.cs || !b.compute || !g->fwd || !g->bwd || !g->rec || !tin) {
+    struct ps_prog_node *prog = malloc(PS_PROG_MAX * sizeof(*prog));
+    if (!g || !pending || !prog || !b.seq || !b.cur || !b.cs || !b.compute || !g->fwd || !g->bwd || !g->rec || !tin) {
         free(b.seq);
         free(b.cur);
         free(b.cs);
         free(b.compute);
         free(tin);
         free(pending);
+        free(prog);
         ps_graph_destroy(g);
         return ps_diag_set(diag, -ENOMEM, spec->path, "out of memory building the graph");
     }
@@ -350,7 +353,12 @@ int ps_graph_build(const struct ps_spec *spec, const struct ps_model *model,
             int i = k - j;
             int dj = dev_of(g, j);
             bool ck = i < stop;
-            int nseq = ck ? 1 : (model ? model->parts[j].autograd_nodes : 1);
+            /* a checkpointed forward records only the Checkpoint node; a plain one records the
+               partition's autograd program, which depends on whether its input needs grad */
+            int nseq = ck ? 1
+                          : (model ? ps_engine_program(spec, model, j, b.cur[i] != PS_NONE, prog,
+                                                       NULL)
+                                   : 1);
             if (nseq < 1) nseq = 1;
             uint32_t f = mk(&b, PS_NODE_COMPUTE, PS_ROLE_NONE, 1 + dj, nseq, i, j, dj,
                             b.compute[dj], k);
@@ -408,8 +416,24 @@ int ps_graph_build(const struct ps_spec *spec, const struct ps_model *model,
     for (int i = 0; i < m; i++) ps_graph_add_edge(g, b.cur[i], loss, PS_EDGE_DATA);
     HOST_CHAIN(loss);
     free(pending);
+    free(prog);
     g->loss = loss;
 
+    if (opts->iteration > 0) {
+        /* one iteration of the main thread: its forward nodes, then the graphs the recomputes
+           record during backward (main thread, grad on) */
+        uint64_t per = b.seq[0];
+        prog = malloc(PS_PROG_MAX * sizeof(*prog));
+        for (size_t t = 0; prog && t < (size_t)m * (size_t)n; t++)
+            if (g->rec[t] != PS_NONE) {
+                int np = ps_engine_program(spec, model, (int)(t % (size_t)n),
+                                           tin[t] != PS_NONE, prog, NULL);
+                per += np > 0 ? (uint64_t)np : 0;
+            }
+        free(prog);
+        for (uint32_t v = 0; v < g->n_nodes; v++)
+            if (g->nodes[v].thread == 0) g->nodes[v].seq += (uint64_t)opts->iteration * per;
+    }
     /* backward twins: one per forward node, in forward creation order */
     uint32_t nf = g->n_nodes;
     for (uint32_t v = 0; v < nf; v++) {

@@ -102,6 +102,9 @@ struct ps_graph_opts {
     int chunks;        /* configured chunks (checkpoint_stop uses it) */
     int virtual_stages;
     bool optimizer;    /* add an optimizer step per partition after backward */
+    int iteration;     /* training iteration in the same process (0 = first): the main thread's
+                          sequence counter has moved on by the nodes earlier iterations created,
+                          while each forward's fresh worker threads start again at 0 */
 };
 
 struct ps_graph {

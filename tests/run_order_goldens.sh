@@ -26,5 +26,17 @@ for spec in "$dir"/*.json; do
         bad=$((bad + 1))
     fi
 done
+# iteration 1 in the same process, where the order differs from iteration 0
+for want in "$dir"/*.iter1.order; do
+    [ -f "$want" ] || continue
+    case_=$(basename "$want" .iter1.order)
+    total=$((total + 1))
+    if ! "$bin" graph "$dir/$case_.json" --order --iteration 1 -q >"$tmp/got" 2>"$tmp/err" ||
+        ! cmp -s "$tmp/got" "$want"; then
+        echo "FAIL $case_ (iteration 1)"
+        diff "$want" "$tmp/got" | head -20
+        bad=$((bad + 1))
+    fi
+done
 echo "engine order goldens: $total cases, $bad mismatches"
 [ "$total" -gt 0 ] && [ "$bad" -eq 0 ]

@@ -32,6 +32,7 @@ static void print_order(const struct ps_ctx *ctx, FILE *f)
 int ps_cmd_graph(struct ps_cli *cli)
 {
     bool order = false, nophony = false, tasks = false;
+    int iteration = 0;
     enum ps_dot_filter filter = PS_DOT_ALL;
     const char *dot = NULL, *v;
     for (int k = 0; k < cli->argc; k++) {
@@ -42,6 +43,13 @@ int ps_cmd_graph(struct ps_cli *cli)
         else if (ps_cli_flag(cli, k, "--backward")) filter = PS_DOT_BACKWARD;
         else if (ps_cli_flag(cli, k, "--all")) filter = PS_DOT_ALL;
         else if ((v = ps_cli_arg(cli, &k, "--dot"))) dot = v;
+        else if ((v = ps_cli_arg(cli, &k, "--iteration"))) {
+            char *end;
+            long it = strtol(v, &end, 10);
+            if (!*v || *end || it < 0 || it > 1000000)
+                return ps_cli_usage(cli, "--iteration needs an integer in [0, 1000000]");
+            iteration = (int)it;
+        }
         else return ps_cli_usage(cli, "unknown option '%s'", cli->argv[k]);
     }
     if (dot && !*dot) return ps_cli_usage(cli, "--dot needs a file");
@@ -50,10 +58,11 @@ int ps_cmd_graph(struct ps_cli *cli)
     if (rc) return rc;
     struct ps_diag d;
     ps_diag_clear(&d);
-    if (nophony) {
+    if (nophony || iteration) {
         struct ps_graph_opts o;
         ps_graph_opts_from_spec(ctx.spec, &o);
-        o.phony = false;
+        o.phony = !nophony && ctx.spec->phony;
+        o.iteration = iteration;
         if ((rc = ps_ctx_rebuild(&ctx, &o, &d))) {
             ps_ctx_finish(&ctx);
             return ps_cli_fail(&d, PS_EXIT_INPUT);
