@@ -25,7 +25,7 @@ const struct ps_cmd ps_commands[] = {
      "check SPEC [--json FILE]", ps_cmd_check},
     {"graph", "the task graph as DOT/SVG/JSON, or the engine's execution order",
      "graph SPEC [--order] [--forward|--backward|--all] [--tasks] [--dot FILE] [--svg FILE] "
-     "[--json FILE] [--no-phony]",
+     "[--json FILE] [--no-phony] [--iteration N]",
      ps_cmd_graph},
     {"run", "train for real (cpu reference kernels): loss, BN statistics, measured timeline",
      "run SPEC [--backend cpu|cuda] [--steps N] [--save-state DIR] [--trace FILE] [--json FILE]",
