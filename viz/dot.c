@@ -30,6 +30,70 @@
 
 /* ---- Graphviz messages ------------------------------------------------------------------ */
 
+
+/* cgraph orders subgraphs (and writes them) by object ID, and its default ID discipline uses
+ * the address of the interned name as the ID: the output order then depends on the heap. This
+ * discipline maps no names itself (cgraph keeps name <-> ID in its internal map) and hands out
+ * IDs in creation order, so the same graph gives the same DOT bytes in every process. */
+static void *det_open(Agraph_t *g, Agdisc_t *disc)
+{
+    (void)g;
+    (void)disc;
+    IDTYPE *ctr = malloc(sizeof(*ctr));
+    if (ctr) *ctr = 1;
+    return ctr;
+}
+
+static long det_map(void *state, int objtype, char *str, IDTYPE *id, int createflag)
+{
+    (void)objtype;
+    (void)createflag;
+    if (str) return 0; /* names live in cgraph's internal map */
+    IDTYPE *ctr = state;
+    *id = *ctr;
+    *ctr += 2;
+    return 1;
+}
+
+static long det_alloc(void *state, int objtype, IDTYPE id)
+{
+    (void)state;
+    (void)objtype;
+    (void)id;
+    return 1;
+}
+
+static void det_free(void *state, int objtype, IDTYPE id)
+{
+    (void)state;
+    (void)objtype;
+    (void)id;
+}
+
+static char *det_print(void *state, int objtype, IDTYPE id)
+{
+    (void)state;
+    (void)objtype;
+    (void)id;
+    return NULL;
+}
+
+static void det_close(void *state)
+{
+    free(state);
+}
+
+static void det_register(void *state, int objtype, void *obj)
+{
+    (void)state;
+    (void)objtype;
+    (void)obj;
+}
+
+static Agiddisc_t det_id = {det_open, det_map, det_alloc, det_free, det_print, det_close,
+                            det_register};
+static Agdisc_t det_disc = {&AgMemDisc, &det_id, &AgIoDisc};
+
 static _Thread_local char gv_msgs[1024];
 static _Thread_local agusererrf gv_old;
 
@@ -334,7 +398,7 @@ int ps_dot_build(const struct ps_graph *g, const struct ps_dot_opts *opts, Agrap
     }
     value_range(&d);
 
-    d.G = agopen((char *)"pipescope", Agdirected, NULL);
+    d.G = agopen((char *)"pipescope", Agdirected, &det_disc);
     if (!d.G) {
         rc = -ENOMEM;
         goto fail;
