@@ -859,7 +859,11 @@ static void free_all(struct xc *x)
     ps_cuda_free(x->d_rows);
     ps_cuda_free(x->d_loss);
     for (uint32_t v = 0; x->ev && v < g->n_nodes; v++) ps_cuda_event_destroy(x->ev[v]);
-    for (int k = 0; x->blas && k < x->spec->n_devices; k++) ps_cuda_blas_destroy(x->blas[k]);
+    for (int k = 0; x->blas && k < x->spec->n_devices; k++)
+        if (x->blas[k]) { /* cuBLAS releases its resources on the handle's device */
+            (void)ps_cuda_set_device(x->gpu_of_dev[k], NULL);
+            ps_cuda_blas_destroy(x->blas[k]);
+        }
     for (int32_t s = 0; x->stream && s < g->n_streams; s++) ps_cuda_stream_destroy(x->stream[s]);
     free(x->act);
     free(x->pact);
