@@ -1,8 +1,9 @@
 /* analysis: static checks over the task graph (see analysis.h for the invariants I1-I5).
  *
- * hb queries run in two phases: a breadth-first search from u limited to 16 hops (the paths
- * torchgpipe's graph provides are short: F(i,j) -> Wo -> fork -> join -> C -> W -> F(i+1,j)),
- * then, only when that finds nothing, a full depth-first search pruned by topological rank
+ * hb queries run in two phases: a breadth-first search from u over DATA and PHONY edges limited
+ * to 16 hops (the paths torchgpipe's graph provides are short: F(i,j) -> Wo -> fork -> join -> C
+ * -> W -> F(i+1,j)), then, only when that finds nothing, a full depth-first search over every
+ * kind of edge pruned by topological rank
  * (a node ranked after v cannot lead to v). Both use a visit stamp, so no clearing per query.
  */
 #include "analysis.h"
@@ -155,7 +156,12 @@ bool ps_hb(struct ps_hb *h, uint32_t u, uint32_t v)
     while (head < tail) {
         uint32_t x = h->queue[head++];
         for (uint32_t k = g->out_off[x]; k < g->out_off[x + 1]; k++) {
-            uint32_t y = g->edges[g->out_edge[k]].dst;
+            const struct ps_edge *e = &g->edges[g->out_edge[k]];
+            uint32_t y = e->dst;
+            if (e->kind != PS_EDGE_DATA && e->kind != PS_EDGE_PHONY) {
+                truncated = true; /* host/stream edges are left to phase 2 */
+                continue;
+            }
             if (y == v) return true;
             if (h->stamp[y] == h->cur || h->rank[y] > rv) continue;
             if (h->depth[x] >= 16) {

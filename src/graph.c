@@ -244,6 +244,10 @@ int ps_graph_build(const struct ps_spec *spec, const struct ps_model *model,
     }
 
     struct ps_graph *g = ps_graph_create(spec, model, opts, m, n);
+    if (!g) return ps_diag_set(diag, -ENOMEM, spec->path, "out of memory building the graph");
+    /* reserve the estimate (an upper bound) once instead of growing by doubling */
+    g->nodes = grow(g->nodes, &g->cap_nodes, (uint32_t)est_nodes, sizeof(*g->nodes));
+    g->edges = grow(g->edges, &g->cap_edges, (uint32_t)(est_edges + est_nodes), sizeof(*g->edges));
     struct builder b = {0};
     b.g = g;
     b.seq = calloc((size_t)spec->n_devices + 1, sizeof(*b.seq));
