@@ -95,6 +95,11 @@ struct ps_exec_opts {
     enum ps_backend backend;
     int steps;       /* 0 = spec->steps */
     bool trace;      /* record the timeline of the last step */
+    /* Added for drift (issue [cpu-execution]); zero = the behaviour above. cpu backend only. */
+    int64_t train_samples; /* > 0: steps wrap over the first train_samples samples only, so
+                              the rest can be held out for ps_exec_eval */
+    bool forward_only;     /* run only the forward pass (F tasks and the loss) of each step:
+                              no recompute, no backward, no SGD step */
 };
 
 struct ps_exec_result {
@@ -116,6 +121,14 @@ void ps_exec_opts_init(struct ps_exec_opts *o); /* cpu, spec steps, trace on */
 int ps_exec_run(const struct ps_graph *g, const struct ps_order *order,
                 const struct ps_exec_opts *o, struct ps_exec_result *res, struct ps_diag *d);
 void ps_exec_result_finish(struct ps_exec_result *res); /* accepts a zeroed struct */
+
+/* Evaluation (exec_eval.c): forward only, eval mode, as PyTorch's model.eval() under no_grad:
+ * BatchNorm normalises with the running statistics (never updates them), dropout is the
+ * identity. x [n, in_numel] -> out [n, out_numel], in blocks, no pipeline (eval uses no
+ * micro-batches in torchgpipe either). Returns 0 or a negative errno with diag. */
+int ps_exec_eval(const struct ps_spec *spec, const struct ps_model *model,
+                 const struct ps_state *st, const float *x, int64_t n, float *out,
+                 struct ps_diag *d);
 
 /* Whether a backend can run here; on false, why (diag) — e.g. "not built: no nvcc at build time". */
 bool ps_exec_backend_available(enum ps_backend b, struct ps_diag *d);

@@ -612,6 +612,8 @@ int ps_exec_run(const struct ps_graph *g, const struct ps_order *order,
     if (!res->loss || !res->step_us) rc = ps_diag_set(d, -ENOMEM, "exec", "out of memory");
     if (!rc) rc = ps_state_init(&res->state, spec, model, spec->seed, d);
     if (!rc) rc = ps_data_load(spec, model, (int64_t)steps * spec->batch, &dt, d);
+    if (!rc && o->train_samples > 0 && o->train_samples < dt.n_samples)
+        dt.n_samples = o->train_samples; /* the tail is held out (ps_exec_eval) */
     if (!rc && alloc_buffers(&ex, &dt))
         rc = ps_diag_set(d, -ENOMEM, "exec", "out of memory for the activations");
     /* the tasks the order must run in every step */
@@ -620,6 +622,7 @@ int ps_exec_run(const struct ps_graph *g, const struct ps_order *order,
         const struct ps_node *nd = &g->nodes[order->node[k]];
         if (nd->kind == PS_NODE_COMPUTE) *(nd->phase == PS_PHASE_FWD ? &nf : &nb) += 1;
     }
+    if (o->forward_only) nb = want_f; /* backward is not run */
     if (!rc && (nf != want_f || nb != want_f))
         rc = ps_diag_set(d, -EDEADLK, spec->path,
                          "the execution order runs %u forward and %u backward tasks of %u; "
@@ -639,12 +642,14 @@ int ps_exec_run(const struct ps_graph *g, const struct ps_order *order,
         memset(ex.live, 0, (size_t)ex.m * (size_t)ex.L * sizeof(bool));
         ps_state_zero_grad(&res->state);
         bool record = o->trace && s == steps - 1;
-        for (uint32_t k = 0; k < order->n && !rc; k++) rc = run_node(&ex, order->node[k], record);
+        for (uint32_t k = 0; k < order->n && !rc; k++)
+            if (!o->forward_only || ex.g->nodes[order->node[k]].phase == PS_PHASE_FWD)
+                rc = run_node(&ex, order->node[k], record);
         if (rc) break;
         double loss = 0.0;
         for (int i = 0; i < ex.m; i++) loss += ex.mb_loss[i];
         res->loss[s] = loss;
-        for (int l = 0; l < ex.L; l++) {
+        for (int l = 0; l < ex.L && !o->forward_only; l++) {
             struct ps_layer_state *ls = &res->state.layers[l];
             if (ls->dweight)
                 ps_cpu_sgd_step(ls->weight, ls->dweight, (size_t)ls->n_weight, (float)spec->lr);

@@ -30,6 +30,11 @@ const struct ps_cmd ps_commands[] = {
     {"run", "train for real (cpu reference kernels): loss, BN statistics, measured timeline",
      "run SPEC [--backend cpu|cuda] [--steps N] [--save-state DIR] [--trace FILE] [--json FILE]",
      ps_cmd_run},
+    {"drift", "BN running-statistics drift vs a full-batch reference; convergence (--train)",
+     "drift SPEC [--chunks 1,2,4,8,16,32] [--policy plain,deferred,grad-only] "
+     "[--checkpoint always,except_last,never] [--steps N] [--train N [--eval-rows R]] [-o DIR] "
+     "[--json FILE] [--svg FILE]",
+     ps_cmd_drift},
     {"simulate", "simulated timeline: makespan, bubble, memory, recompute, BN update order",
      "simulate SPEC [--actions FILE] [--no-phony] [--optimizer] [--costs FILE] [--trace FILE] "
      "[--svg FILE] [--json FILE]",
