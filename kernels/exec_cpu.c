@@ -31,6 +31,7 @@
  *       SGD step p -= lr * grad runs after every node of the order has run.
  */
 #include "exec.h"
+#include "exec_cuda.h"
 
 #include <errno.h>
 #include <math.h>
@@ -533,10 +534,8 @@ bool ps_exec_backend_available(enum ps_backend b, struct ps_diag *d)
                         "or use --backend cpu");
         return false;
     }
-    ps_diag_set(d, -ENOTSUP, "--backend cuda",
-                "the CUDA executor is not available in this build (no GPU runtime found)");
-    ps_diag_hint(d, "use --backend cpu");
-    return false;
+    /* built: is there a device? ("no CUDA device: <cudaGetErrorString>") */
+    return ps_cuda_backend_available(d) == 0;
 }
 
 const char *ps_exec_bn_phase_name(enum ps_exec_bn_phase p)
@@ -574,6 +573,10 @@ int ps_exec_run(const struct ps_graph *g, const struct ps_order *order,
         o = &defo;
     }
     if (!ps_exec_backend_available(o->backend, d)) return -ENOTSUP;
+    if (o->backend == PS_BACKEND_CUDA) {
+        struct ps_exec_cuda_opts co = {.virtual_devices = o->virtual_devices};
+        return ps_cuda_backend_run(g, order, o, &co, res, NULL, d);
+    }
     const struct ps_spec *spec = g->spec;
     const struct ps_model *model = g->model;
     if (!spec || !model)

@@ -39,4 +39,12 @@ int ps_exec_cuda_run(const struct ps_graph *g, const struct ps_order *order,
                      struct ps_exec_result *res, struct ps_exec_cuda_stats *stats,
                      struct ps_diag *d);
 
+/* The same two, reached through the module loader (kernels/cuda_loader.c): what the rest of
+ * pipescope calls, so that only a CUDA run pays for loading cudart, cuBLAS and CUPTI. */
+int ps_cuda_backend_available(struct ps_diag *d);
+int ps_cuda_backend_run(const struct ps_graph *g, const struct ps_order *order,
+                        const struct ps_exec_opts *o, const struct ps_exec_cuda_opts *co,
+                        struct ps_exec_result *res, struct ps_exec_cuda_stats *stats,
+                        struct ps_diag *d);
+
 #endif

@@ -394,6 +394,9 @@ int ps_analysis_run(const struct ps_graph *g, const struct ps_order *order, cons
         return ps_diag_set(diag, -ENOMEM, "analysis", "out of memory");
     }
     int m = g->m, n = g->n;
+    /* GPipe's backward runs each partition's micro-batches in reverse (the phony edges make it
+       so); the explicit schedules (1F1B, interleaved, ZB-H1) run them in micro-batch order */
+    bool reverse = g->opts.schedule == PS_SCHED_GPIPE;
     if (g->fwd && g->bwd) {
         for (int j = 0; j < n; j++) {
             for (int i = 0; i < m; i++) {
@@ -402,8 +405,14 @@ int ps_analysis_run(const struct ps_graph *g, const struct ps_order *order, cons
                 uint32_t R = g->rec ? g->rec[t] : PS_NONE;
                 if (i + 1 < m) {
                     expect_hb(a, h, PS_CHECK_FORWARD_ORDER, F, g->fwd[t + n]);
-                    expect_hb(a, h, PS_CHECK_BACKWARD_ORDER, g->bwd[t + n], B);
-                    if (R != PS_NONE) expect_hb(a, h, PS_CHECK_RECOMPUTE, g->bwd[t + n], R);
+                    if (reverse) {
+                        expect_hb(a, h, PS_CHECK_BACKWARD_ORDER, g->bwd[t + n], B);
+                        if (R != PS_NONE) expect_hb(a, h, PS_CHECK_RECOMPUTE, g->bwd[t + n], R);
+                    } else {
+                        expect_hb(a, h, PS_CHECK_BACKWARD_ORDER, B, g->bwd[t + n]);
+                        uint32_t R1 = g->rec ? g->rec[t + n] : PS_NONE;
+                        if (R1 != PS_NONE) expect_hb(a, h, PS_CHECK_RECOMPUTE, B, R1);
+                    }
                 }
                 if (R != PS_NONE) expect_hb(a, h, PS_CHECK_RECOMPUTE, R, B);
                 if (F == PS_NONE) continue;

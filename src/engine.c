@@ -18,6 +18,7 @@
  * on 91 of them when ties break by push order instead.
  */
 #include "engine.h"
+#include "schedule.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -386,6 +387,10 @@ static int execute(struct eng *e, int t, struct task tk)
 
 int ps_engine_order(const struct ps_graph *g, struct ps_order *o, struct ps_diag *diag)
 {
+    /* explicit per-stage action lists (1F1B, interleaved, ZB-H1) are issued by their plan, not
+       derived by the autograd engine */
+    if (g->opts.schedule != PS_SCHED_GPIPE && g->root == PS_NONE)
+        return ps_schedule_order(g, o, diag);
     memset(o, 0, sizeof(*o));
     struct eng e = {.g = g, .o = o};
     uint32_t nv = g->n_nodes;

@@ -47,7 +47,8 @@ struct ps_prog_node {
 int ps_engine_program(const struct ps_spec *spec, const struct ps_model *model, int part,
                       bool input_requires_grad, struct ps_prog_node *prog, int *n_params);
 
-/* Derives the execution order. Returns 0, or -EDEADLK when backward gets stuck (diag names the
+/* Derives the execution order (for graphs of explicit schedules: their plan's order, see
+ * ps_schedule_order). Returns 0, or -EDEADLK when backward gets stuck (diag names the
  * waiting nodes), or -ENOMEM. */
 int ps_engine_order(const struct ps_graph *g, struct ps_order *o, struct ps_diag *diag);
 void ps_order_finish(struct ps_order *o); /* frees; accepts a zeroed struct */

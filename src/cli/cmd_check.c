@@ -113,14 +113,16 @@ int ps_cmd_check(struct ps_cli *cli)
                "checkpoint %s (stop %d), batchnorm %s, phony %s%s\n",
                ps_schedule_name(s->schedule), s->mb_count, s->chunks, s->n_partitions,
                s->n_devices, s->n_devices > 1 ? "s" : "", ps_checkpoint_name(s->checkpoint),
-               g->checkpoint_stop, ps_bn_policy_name(s->batchnorm), s->phony ? "on" : "off",
+               g->checkpoint_stop, ps_bn_policy_name(s->batchnorm),
+               s->schedule != PS_SCHED_GPIPE ? "n/a (explicit schedule)" : s->phony ? "on" : "off",
                s->fairscale ? " (fairscale variant)" : "");
         uint32_t ph = 0;
         for (uint32_t e = 0; e < g->n_edges; e++) ph += g->edges[e].kind == PS_EDGE_PHONY;
         printf("graph: %u nodes, %u edges (%u phony)\n", g->n_nodes, g->n_edges, ph);
         printf("checks:\n");
         print_checks(g, &a, "  ");
-        printf("peak activation memory per device (engine order):\n");
+        printf("peak activation memory per device (%s order):\n",
+               s->schedule == PS_SCHED_GPIPE ? "engine" : "schedule");
         if (a.mem) print_memory(&ctx, &a, NULL);
         if (a.cp.n) {
             char b1[64], b2[64];

@@ -1,6 +1,7 @@
 /* pipescope run: trains for real with an executor (kernels/exec.h) and reports what happened.
  *
- *   pipescope run SPEC [--backend cpu|cuda] [--steps N] [--save-state DIR] [--trace FILE]
+ *   pipescope run SPEC [--backend cpu|cuda] [--virtual-devices] [--steps N] [--save-state DIR]
+ *                 [--trace FILE]
  *                      [--json FILE]
  *
  * Prints the loss of every step and, per BatchNorm layer, how its running statistics were
@@ -128,8 +129,11 @@ int ps_cmd_run(struct ps_cli *cli)
 {
     const char *backend = "cpu", *save = NULL, *v;
     int steps = 0;
+    bool virt = false;
     for (int k = 0; k < cli->argc; k++) {
-        if ((v = ps_cli_arg(cli, &k, "--backend"))) {
+        if (ps_cli_flag(cli, k, "--virtual-devices")) {
+            virt = true;
+        } else if ((v = ps_cli_arg(cli, &k, "--backend"))) {
             if (strcmp(v, "cpu") && strcmp(v, "cuda"))
                 return ps_cli_usage(cli, "--backend must be cpu or cuda, not '%s'", v);
             backend = v;
@@ -149,6 +153,7 @@ int ps_cmd_run(struct ps_cli *cli)
     ps_exec_opts_init(&o);
     o.backend = strcmp(backend, "cuda") == 0 ? PS_BACKEND_CUDA : PS_BACKEND_CPU;
     o.steps = steps;
+    o.virtual_devices = virt;
     if (!ps_exec_backend_available(o.backend, &d)) return ps_cli_fail(&d, PS_EXIT_BACKEND);
 
     struct ps_ctx ctx;

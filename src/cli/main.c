@@ -28,7 +28,7 @@ const struct ps_cmd ps_commands[] = {
      "[--json FILE] [--no-phony] [--iteration N]",
      ps_cmd_graph},
     {"run", "train for real (cpu reference kernels): loss, BN statistics, measured timeline",
-     "run SPEC [--backend cpu|cuda] [--steps N] [--save-state DIR] [--trace FILE] [--json FILE]",
+     "run SPEC [--backend cpu|cuda] [--virtual-devices] [--steps N] [--save-state DIR] [--trace FILE] [--json FILE]",
      ps_cmd_run},
     {"drift", "BN running-statistics drift vs a full-batch reference; convergence (--train)",
      "drift SPEC [--chunks 1,2,4,8,16,32] [--policy plain,deferred,grad-only] "

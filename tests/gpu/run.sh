@@ -22,7 +22,7 @@ if [ ! -f "$B/build.ninja" ]; then
 fi
 grep -q 'PS_HAVE_CUDA 1' "$B/ps_config.h" || { echo "run.sh: $B was configured without CUDA" >&2; exit 1; }
 echo "== build ($jobs jobs)"
-ninja -C "$B" -j"$jobs" pipescope tests/test_gpu tests/bench_gpu
+ninja -C "$B" -j"$jobs" pipescope pipescope-cuda.so tests/test_gpu tests/bench_gpu
 echo "== build options"
 "$B/pipescope" version --build-options
 echo "== test suite 'gpu'"
