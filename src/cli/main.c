@@ -35,6 +35,11 @@ const struct ps_cmd ps_commands[] = {
      "[--checkpoint always,except_last,never] [--steps N] [--train N [--eval-rows R]] [-o DIR] "
      "[--json FILE] [--svg FILE]",
      ps_cmd_drift},
+    {"compare", "measured vs simulated timeline: errors, inversions, bubble; calibration",
+     "compare SPEC --measured TRACE [--simulated TRACE] [--costs FILE] "
+     "[--tolerance makespan=0.2,task=0.5[,start=0.1]] [--calibrate COSTS.json] "
+     "[--unit sample|micro_batch] [--json FILE] [--svg FILE] [--dot FILE]",
+     ps_cmd_compare},
     {"simulate", "simulated timeline: makespan, bubble, memory, recompute, BN update order",
      "simulate SPEC [--actions FILE] [--no-phony] [--optimizer] [--costs FILE] [--trace FILE] "
      "[--svg FILE] [--json FILE]",

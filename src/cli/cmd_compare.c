@@ -1,0 +1,184 @@
+/* pipescope compare: a measured timeline against the simulation of the same spec.
+ *
+ *   compare SPEC --measured TRACE [--simulated TRACE] [--costs FILE]
+ *                [--tolerance makespan=0.2,task=0.5[,start=0.1]] [--calibrate COSTS.json]
+ *                [--unit sample|micro_batch] [--json FILE] [--svg FILE] [--dot FILE]
+ *
+ * TRACE is a Chrome trace: one written by pipescope (`run --trace`, `simulate --trace`) or by
+ * the PyTorch profiler with task-named ranges (examples/PROFILER.md). Without --simulated the
+ * spec is simulated here (its costs, or --costs). Prints makespan error, per-task start and
+ * duration errors, order inversions, dependency violations, bubble, recompute overhead and
+ * copy/compute overlap; --svg draws measured lanes above simulated lanes on one time axis,
+ * --dot colours the graph by each task's relative duration error. --calibrate fits the cost
+ * model to the measured trace, writes it as a costs file (sim/COSTS.md), re-simulates and shows
+ * the errors before and after.
+ * Exit codes: 0 within tolerance, 1 a tolerance exceeded (or the measurement breaks a
+ * dependency), 2 bad input or usage.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmp_report.h"
+#include "simrun.h"
+#include "viz.h"
+
+int ps_cmd_compare(struct ps_cli *cli)
+{
+    const char *meas_path = NULL, *sim_path = NULL, *tol_s = NULL, *cal_path = NULL,
+               *costs_path = NULL, *dot = NULL, *unit = "sample", *v;
+    for (int k = 0; k < cli->argc; k++) {
+        if ((v = ps_cli_arg(cli, &k, "--measured"))) meas_path = v;
+        else if ((v = ps_cli_arg(cli, &k, "--simulated"))) sim_path = v;
+        else if ((v = ps_cli_arg(cli, &k, "--tolerance"))) tol_s = v;
+        else if ((v = ps_cli_arg(cli, &k, "--calibrate"))) cal_path = v;
+        else if ((v = ps_cli_arg(cli, &k, "--costs"))) costs_path = v;
+        else if ((v = ps_cli_arg(cli, &k, "--dot"))) dot = v;
+        else if ((v = ps_cli_arg(cli, &k, "--unit"))) unit = v;
+        else return ps_cli_usage(cli, "unknown option '%s'", cli->argv[k]);
+    }
+    if (!cli->spec_path) return ps_cli_usage(cli, "missing SPEC");
+    if (!meas_path || !*meas_path) return ps_cli_usage(cli, "--measured TRACE is required");
+    if ((sim_path && !*sim_path) || (cal_path && !*cal_path) || (costs_path && !*costs_path) ||
+        (dot && !*dot))
+        return ps_cli_usage(cli, "--simulated, --calibrate, --costs and --dot need a file");
+    if (strcmp(unit, "sample") && strcmp(unit, "micro_batch"))
+        return ps_cli_usage(cli, "--unit must be sample or micro_batch, not '%s'", unit);
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    struct ps_tolerance tol;
+    ps_tolerance_init(&tol);
+    if (tol_s && ps_tolerance_parse(tol_s, &tol, &d)) return ps_cli_fail(&d, PS_EXIT_INPUT);
+
+    struct ps_spec *spec = NULL;
+    struct ps_model *model = NULL;
+    struct ps_costs *costs = NULL;
+    struct ps_simrun run, run2;
+    memset(&run, 0, sizeof(run));
+    memset(&run2, 0, sizeof(run2));
+    struct ps_trace tm, ts;
+    memset(&tm, 0, sizeof(tm));
+    memset(&ts, 0, sizeof(ts));
+    struct ps_trace_read_info info, sinfo;
+    memset(&info, 0, sizeof(info));
+    memset(&sinfo, 0, sizeof(sinfo));
+    struct ps_compare cmp, cmp2;
+    memset(&cmp, 0, sizeof(cmp));
+    memset(&cmp2, 0, sizeof(cmp2));
+    struct ps_calib cal;
+    memset(&cal, 0, sizeof(cal));
+    double *errs = NULL;
+    int code = PS_EXIT_OK;
+    char why[2048] = "";
+
+    if (ps_spec_load(cli->spec_path, &spec, &d) || ps_model_build(spec, &model, &d)) {
+        code = ps_cli_fail(&d, PS_EXIT_INPUT);
+        goto out;
+    }
+    for (int k = 0; k < spec->n_warnings; k++) ps_cli_warn(cli, "%s", spec->warnings[k]);
+    if ((code = ps_simrun_costs(cli, spec, costs_path, &costs))) goto out;
+    struct ps_graph_opts o;
+    ps_graph_opts_from_spec(spec, &o);
+    if (ps_simrun(spec, model, &o, NULL, costs, &run, &d)) {
+        code = ps_cli_fail(&d, run.stuck ? PS_EXIT_FOUND : PS_EXIT_INPUT);
+        goto out;
+    }
+    const struct ps_graph *g = run.g;
+    if (ps_trace_read(meas_path, g, &tm, &info, &d)) {
+        code = ps_cli_fail(&d, PS_EXIT_INPUT);
+        goto out;
+    }
+    const struct ps_trace *sim = &run.sim.trace;
+    if (sim_path) {
+        if (ps_trace_read(sim_path, g, &ts, &sinfo, &d)) {
+            code = ps_cli_fail(&d, PS_EXIT_INPUT);
+            goto out;
+        }
+        sim = &ts;
+    }
+    if (ps_compare_run(g, sim, &tm, &cmp, &d)) {
+        code = ps_cli_fail(&d, PS_EXIT_INPUT);
+        goto out;
+    }
+    int exceeded = ps_compare_check(&cmp, &tol, why, sizeof(why));
+    if (cal_path) {
+        if (ps_calibrate(g, &run.order, &tm, !strcmp(unit, "sample"), &cal, &d) ||
+            ps_simrun(spec, model, &o, NULL, cal.costs, &run2, &d) ||
+            ps_compare_run(run2.g, &run2.sim.trace, &tm, &cmp2, &d) ||
+            ps_costs_write(cal.costs, cal_path, &d)) {
+            code = ps_cli_fail(&d, PS_EXIT_INPUT);
+            goto out;
+        }
+    }
+    bool quiet = cli->verbosity < 0 || (cli->json && !strcmp(cli->json, "-"));
+    if (!quiet) {
+        char line[256];
+        printf("compare: %s (%s)\n", spec->path, spec->name ? spec->name : "");
+        printf("  measured:  %s (%s trace, %u tasks mapped: %u by id, %u by name; %u events "
+               "ignored)\n",
+               meas_path, info.pipescope ? ps_trace_source_name(tm.source) : info.kineto ? "kineto" : "profiler",
+               tm.n - cmp.n_unmatched, info.n_by_id, info.n_by_name,
+               info.n_ignored);
+        printf("  simulated: %s\n",
+               sim_path ? sim_path
+                        : costs ? (costs_path ? costs_path : spec->costs) : "from the spec (roofline costs)");
+        ps_cmp_print(stdout, g, &cmp);
+        if (cal_path) {
+            printf("calibration (written to %s):\n", cal_path);
+            ps_calib_print(stdout, &cal);
+            char a[256];
+            printf("  before: %s\n", ps_cmp_oneline(&cmp, line, sizeof(line)));
+            printf("  after:  %s\n", ps_cmp_oneline(&cmp2, a, sizeof(a)));
+        }
+        if (exceeded) printf("result: exceeds the tolerance:\n%s", why);
+        else printf("result: within tolerance (%s)\n", ps_cmp_oneline(&cmp, line, sizeof(line)));
+    }
+    if (cli->svg) {
+        struct ps_gantt_opts go = {.title = spec->name, .label = "measured", .label2 = "simulated"};
+        if (ps_plot_gantt_file(g, &tm, sim, &go, cli->svg, &d)) {
+            code = ps_cli_fail(&d, PS_EXIT_INPUT);
+            goto out;
+        }
+    }
+    if (dot) {
+        errs = ps_compare_node_errors(&cmp, g);
+        struct ps_dot_opts dop;
+        ps_dot_opts_init(&dop);
+        dop.tasks_only = g->n_nodes > 400;
+        dop.node_value = errs;
+        dop.value_name = "duration error (measured - simulated) / measured";
+        dop.title = spec->name;
+        if (!errs || ps_dot_write_file(g, &dop, dot, &d)) {
+            code = ps_cli_fail(&d, PS_EXIT_INPUT);
+            goto out;
+        }
+    }
+    if (cli->json) {
+        cJSON *root = ps_report_new();
+        ps_report_add_spec(root, spec);
+        ps_report_add_graph(root, g);
+        cJSON *cj = ps_cmp_json(g, &cmp, &tm, &info, &tol, exceeded, why);
+        if (cal_path && cj) cJSON_AddItemToObject(cj, "calibration", ps_calib_json(&cal, &cmp, &cmp2));
+        ps_json_set(root, "comparison", cj);
+        if (ps_report_write(root, cli->json, &d)) code = ps_cli_fail(&d, PS_EXIT_INPUT);
+        cJSON_Delete(root);
+        if (code) goto out;
+    }
+    code = exceeded ? PS_EXIT_FOUND : PS_EXIT_OK;
+out:
+    free(errs);
+    ps_calib_finish(&cal);
+    ps_compare_finish(&cmp);
+    ps_compare_finish(&cmp2);
+    ps_trace_read_info_finish(&info);
+    ps_trace_read_info_finish(&sinfo);
+    ps_trace_finish(&tm);
+    ps_trace_finish(&ts);
+    ps_simrun_finish(&run);
+    ps_simrun_finish(&run2);
+    ps_costs_destroy(costs);
+    ps_model_destroy(model);
+    ps_spec_destroy(spec);
+    return code;
+}
