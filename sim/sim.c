@@ -141,6 +141,114 @@ static int memory(const struct ps_graph *g, const struct ps_order *o, struct ps_
     return rc;
 }
 
+
+void ps_sim_prog_finish(struct ps_sim_prog *p)
+{
+    free(p->node);
+    free(p->tprev);
+    free(p->sprev);
+    free(p->launch);
+    free(p->pred_off);
+    free(p->pred);
+    memset(p, 0, sizeof(*p));
+}
+
+int ps_sim_compile(const struct ps_graph *g, const struct ps_order *o, struct ps_sim_prog *p,
+                   struct ps_diag *diag)
+{
+    memset(p, 0, sizeof(*p));
+    uint32_t n = o->n;
+    int nd = g->n_devices > 0 ? g->n_devices : 1;
+    int nthr = nd + 1; /* thread t at index t + 1; out-of-range threads share index 0 */
+    uint32_t ne = 0;
+    for (uint32_t k = 0; k < n; k++) ne += ps_graph_in_degree(g, o->node[k]);
+    p->n = n;
+    p->node = malloc(((size_t)n + 1) * sizeof(uint32_t));
+    p->tprev = malloc(((size_t)n + 1) * sizeof(uint32_t));
+    p->sprev = malloc(((size_t)n + 1) * sizeof(uint32_t));
+    p->launch = malloc((size_t)n + 1);
+    p->pred_off = malloc(((size_t)n + 2) * sizeof(uint32_t));
+    p->pred = malloc(((size_t)ne + 1) * sizeof(uint32_t));
+    uint32_t *slast = malloc(((size_t)g->n_streams + 1) * sizeof(uint32_t));
+    uint32_t *tlast = malloc((size_t)nthr * sizeof(uint32_t));
+    if (!p->node || !p->tprev || !p->sprev || !p->launch || !p->pred_off || !p->pred || !slast ||
+        !tlast) {
+        free(slast);
+        free(tlast);
+        ps_sim_prog_finish(p);
+        return ps_diag_set(diag, -ENOMEM, "simulator", "out of memory");
+    }
+    for (int32_t k = 0; k < g->n_streams; k++) slast[k] = UINT32_MAX;
+    for (int k = 0; k < nthr; k++) tlast[k] = UINT32_MAX;
+    uint32_t w = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t v = o->node[k];
+        const struct ps_node *nd_ = &g->nodes[v];
+        int th = o->thread[k] >= 0 && o->thread[k] < nd ? o->thread[k] + 1 : 0;
+        p->node[k] = v;
+        p->tprev[k] = tlast[th];
+        tlast[th] = k;
+        p->launch[k] = nd_->stream >= 0;
+        p->sprev[k] = UINT32_MAX;
+        if (nd_->stream >= 0) {
+            p->sprev[k] = slast[nd_->stream];
+            slast[nd_->stream] = k;
+        }
+        p->pred_off[k] = w;
+        for (uint32_t q = g->in_off[v]; q < g->in_off[v + 1]; q++) {
+            const struct ps_edge *e = &g->edges[g->in_edge[q]];
+            uint32_t pu = o->pos[e->src];
+            if (pu == UINT32_MAX) continue;
+            if (pu >= k) {
+                char a[64], b[64];
+                free(slast);
+                free(tlast);
+                ps_sim_prog_finish(p);
+                return ps_diag_set(diag, -EINVAL, "simulator",
+                                   "the order runs %s before its predecessor %s",
+                                   ps_node_name(g, v, a, sizeof(a)),
+                                   ps_node_name(g, e->src, b, sizeof(b)));
+            }
+            p->pred[w++] = pu | (e->kind == PS_EDGE_HOST ? PS_SIM_HOST_EDGE : 0);
+        }
+    }
+    p->pred_off[n] = w;
+    free(slast);
+    free(tlast);
+    return 0;
+}
+
+double ps_sim_step(const struct ps_sim_prog *p, const double *cost, double launch, double *issue,
+                   double *start, double *end, uint32_t *why)
+{
+    double last = 0;
+    for (uint32_t k = 0; k < p->n; k++) {
+        double iss = 0, st = 0;
+        uint32_t wi = UINT32_MAX, ws = UINT32_MAX;
+        uint32_t tp = p->tprev[k];
+        if (tp != UINT32_MAX) {
+            iss = issue[tp] + (p->launch[tp] ? launch : 0);
+            wi = tp;
+        }
+        for (uint32_t q = p->pred_off[k]; q < p->pred_off[k + 1]; q++) {
+            uint32_t pu = p->pred[q] & ~PS_SIM_HOST_EDGE;
+            double iu = issue[pu] + (p->launch[pu] ? launch : 0);
+            if (iu > iss) iss = iu, wi = pu;
+            if (!(p->pred[q] & PS_SIM_HOST_EDGE) && end[pu] > st) st = end[pu], ws = pu;
+        }
+        uint32_t sp = p->sprev[k];
+        if (sp != UINT32_MAX && end[sp] > st) st = end[sp], ws = sp;
+        issue[k] = iss;
+        double ready = iss + (p->launch[k] ? launch : 0);
+        if (ws == UINT32_MAX || ready > st) st = ready, ws = UINT32_MAX; /* host-bound */
+        if (why) why[k] = ws != UINT32_MAX ? ws : wi;
+        start[k] = st;
+        end[k] = st + cost[p->node[k]];
+        if (end[k] > last) last = end[k];
+    }
+    return last;
+}
+
 int ps_sim_run(const struct ps_graph *g, const struct ps_order *o, const double *cost,
                const struct ps_sim_opts *opts, struct ps_sim *s, struct ps_diag *diag)
 {
@@ -148,7 +256,6 @@ int ps_sim_run(const struct ps_graph *g, const struct ps_order *o, const double 
     ps_trace_init(&s->trace, PS_TRACE_SIMULATED);
     uint32_t nv = g->n_nodes;
     int nd = g->n_devices > 0 ? g->n_devices : 1;
-    int nthr = nd + 1; /* thread t at index t + 1; out-of-range threads share index 0 */
     double launch = opts ? opts->launch_us : 0;
     s->n_devices = nd;
     s->dev = calloc((size_t)nd, sizeof(*s->dev));
@@ -156,60 +263,39 @@ int ps_sim_run(const struct ps_graph *g, const struct ps_order *o, const double 
     s->end_us = malloc(((size_t)nv + 1) * sizeof(double));
     double *issue = malloc(((size_t)nv + 1) * sizeof(double));
     uint32_t *why = malloc(((size_t)nv + 1) * sizeof(uint32_t));
-    uint32_t *slast = malloc(((size_t)g->n_streams + 1) * sizeof(uint32_t));
-    uint32_t *tlast = malloc((size_t)nthr * sizeof(uint32_t));
     int rc = 0;
-    if (!s->dev || !s->start_us || !s->end_us || !issue || !why || !slast || !tlast) {
+    if (!s->dev || !s->start_us || !s->end_us || !issue || !why) {
         rc = ps_diag_set(diag, -ENOMEM, "simulator", "out of memory");
         goto out;
     }
-    for (int32_t k = 0; k < g->n_streams; k++) slast[k] = PS_NONE;
-    for (int k = 0; k < nthr; k++) tlast[k] = PS_NONE;
     for (uint32_t v = 0; v < nv; v++) s->start_us[v] = s->end_us[v] = -1;
 
     double *start = s->start_us, *end = s->end_us;
     const struct ps_node *nodes = g->nodes;
-    const struct ps_edge *edges = g->edges;
-    for (uint32_t k = 0; k < o->n; k++) {
-        uint32_t v = o->node[k];
-        const struct ps_node *n = &nodes[v];
-        int th = o->thread[k] >= 0 && o->thread[k] < nd ? o->thread[k] + 1 : 0;
-        double iss = 0, st = 0;
-        uint32_t wi = PS_NONE, ws = PS_NONE;
-        uint32_t tp = tlast[th];
-        if (tp != PS_NONE) {
-            iss = issue[tp] + (nodes[tp].stream >= 0 ? launch : 0);
-            wi = tp;
-        }
-        for (uint32_t q = g->in_off[v]; q < g->in_off[v + 1]; q++) {
-            const struct ps_edge *e = &edges[g->in_edge[q]];
-            uint32_t u = e->src;
-            uint32_t pu = o->pos[u];
-            if (pu == UINT32_MAX) continue;
-            if (pu >= k) {
-                char a[64], b[64];
-                rc = ps_diag_set(diag, -EINVAL, "simulator",
-                                 "the order runs %s before its predecessor %s",
-                                 ps_node_name(g, v, a, sizeof(a)), ps_node_name(g, u, b, sizeof(b)));
-                goto out;
-            }
-            double iu = issue[u] + (nodes[u].stream >= 0 ? launch : 0);
-            if (iu > iss) iss = iu, wi = u;
-            if (e->kind != PS_EDGE_HOST && end[u] > st) st = end[u], ws = u;
-        }
-        issue[v] = iss;
-        tlast[th] = v;
-        if (n->stream >= 0) {
-            uint32_t sp = slast[n->stream];
-            if (sp != PS_NONE && end[sp] > st) st = end[sp], ws = sp;
-            slast[n->stream] = v;
-        }
-        double ready = iss + (n->stream >= 0 ? launch : 0);
-        if (ws == PS_NONE || ready > st) st = ready, ws = PS_NONE; /* host-bound */
-        why[v] = ws != PS_NONE ? ws : wi;
-        start[v] = st;
-        end[v] = st + cost[v];
+    struct ps_sim_prog prog;
+    if ((rc = ps_sim_compile(g, o, &prog, diag))) goto out;
+    double *pst = malloc(((size_t)prog.n + 1) * sizeof(double));
+    double *pen = malloc(((size_t)prog.n + 1) * sizeof(double));
+    uint32_t *pwhy = malloc(((size_t)prog.n + 1) * sizeof(uint32_t));
+    if (!pst || !pen || !pwhy) {
+        free(pst);
+        free(pen);
+        free(pwhy);
+        ps_sim_prog_finish(&prog);
+        rc = ps_diag_set(diag, -ENOMEM, "simulator", "out of memory");
+        goto out;
     }
+    ps_sim_step(&prog, cost, launch, issue, pst, pen, pwhy);
+    for (uint32_t k = 0; k < prog.n; k++) {
+        uint32_t v = prog.node[k];
+        start[v] = pst[k];
+        end[v] = pen[k];
+        why[v] = pwhy[k] == UINT32_MAX ? PS_NONE : prog.node[pwhy[k]];
+    }
+    free(pst);
+    free(pen);
+    free(pwhy);
+    ps_sim_prog_finish(&prog);
 
     /* records, statistics; the trace is sized once (no regrowth copies) */
     uint32_t nrec = 0;
@@ -278,8 +364,6 @@ int ps_sim_run(const struct ps_graph *g, const struct ps_order *o, const double 
 out:
     free(issue);
     free(why);
-    free(slast);
-    free(tlast);
     if (rc) ps_sim_finish(s);
     return rc;
 }

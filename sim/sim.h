@@ -75,6 +75,29 @@ struct ps_sim {
     double cp_us;
 };
 
+/* The order compiled for repeated timing passes: everything indexed by order position, so a
+ * pass reads its predecessors' times from nearby, already written slots. ps_sim_run compiles
+ * and runs one pass; sweeps over costs (calibration, what-ifs) compile once and step often. */
+struct ps_sim_prog {
+    uint32_t n;          /* order entries */
+    uint32_t *node;      /* node of each position */
+    uint32_t *tprev;     /* previous position of the same host thread, UINT32_MAX when none */
+    uint32_t *sprev;     /* previous position of the same stream, UINT32_MAX when none */
+    uint8_t *launch;     /* 1 when the node has a stream (pays the launch overhead) */
+    uint32_t *pred_off;  /* predecessors of position k: pred[pred_off[k] .. pred_off[k+1]) */
+    uint32_t *pred;      /* position | PS_SIM_HOST_EDGE for HOST edges (order issue, not end) */
+};
+#define PS_SIM_HOST_EDGE 0x80000000u
+
+int ps_sim_compile(const struct ps_graph *g, const struct ps_order *order,
+                   struct ps_sim_prog *p, struct ps_diag *diag);
+void ps_sim_prog_finish(struct ps_sim_prog *p); /* accepts a zeroed struct */
+/* One timing pass (sim.h's rules). issue/start/end are per position; why (optional, per
+ * position) gets the position that bound each start, UINT32_MAX when none. Returns the end of
+ * the last node to finish. */
+double ps_sim_step(const struct ps_sim_prog *p, const double *cost_us, double launch_us,
+                   double *issue, double *start, double *end, uint32_t *why);
+
 /* Simulates. cost_us[v] is the device time of node v. Returns 0, -EINVAL when the order is not
  * an execution order (diag names the pair), or -ENOMEM. */
 int ps_sim_run(const struct ps_graph *g, const struct ps_order *order, const double *cost_us,
