@@ -44,7 +44,9 @@ void ps_trace_finish(struct ps_trace *t)
 double ps_trace_makespan(const struct ps_trace *t)
 {
     if (!t->n) return 0;
-    double lo = t->r[0].start_us, hi = t->r[0].start_us + t->r[0].dur_us;
+    /* times are relative to the start of the run (0): a first record at 4 us (one launch
+       later) still counts those 4 us, as the simulator's makespan does */
+    double lo = 0, hi = t->r[0].start_us + t->r[0].dur_us;
     for (uint32_t k = 1; k < t->n; k++) {
         if (t->r[k].start_us < lo) lo = t->r[k].start_us;
         if (t->r[k].start_us + t->r[k].dur_us > hi) hi = t->r[k].start_us + t->r[k].dur_us;

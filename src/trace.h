@@ -35,7 +35,8 @@ void ps_trace_init(struct ps_trace *t, enum ps_trace_source source);
 int ps_trace_add(struct ps_trace *t, uint32_t node, int32_t device, int32_t stream,
                  double start_us, double dur_us, const char *name);
 void ps_trace_finish(struct ps_trace *t); /* frees records; accepts a zeroed struct */
-/* End of the last record minus start of the first. */
+/* End of the last record, measured from the start of the run (time 0, or the first record when
+ * one starts before 0). */
 double ps_trace_makespan(const struct ps_trace *t);
 const char *ps_trace_source_name(enum ps_trace_source s);
 

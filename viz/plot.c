@@ -151,7 +151,19 @@ static int cmp_glane(const void *a, const void *b)
     return sx < sy ? -1 : sx > sy;
 }
 
+/* The copy streams of a device (one per partition and micro-batch, as torchgpipe has) share one
+ * lane in the picture; the Chrome trace keeps them apart. */
+#define COPY_LANE (INT32_MAX - 1)
+
+static int32_t lane_key(const struct ps_graph *g, int32_t stream)
+{
+    if (g && stream >= 0 && stream < g->n_streams && g->streams[stream].kind == PS_STREAM_COPY)
+        return COPY_LANE;
+    return stream;
+}
+
 struct block {
+    const struct ps_graph *g;
     const struct ps_trace *t;
     struct glane *lanes;
     uint32_t n_lanes;
@@ -171,7 +183,8 @@ static int block_lanes(struct block *b)
     if (!b->lanes) return -ENOMEM;
     uint32_t n = 0;
     for (uint32_t k = 0; k < t->n; k++)
-        if (rec_ok(&t->r[k])) b->lanes[n++] = (struct glane){t->r[k].device, t->r[k].stream};
+        if (rec_ok(&t->r[k]))
+            b->lanes[n++] = (struct glane){t->r[k].device, lane_key(b->g, t->r[k].stream)};
     qsort(b->lanes, n, sizeof(*b->lanes), cmp_glane);
     uint32_t w = 0;
     for (uint32_t k = 0; k < n; k++)
@@ -182,7 +195,7 @@ static int block_lanes(struct block *b)
 
 static uint32_t lane_index(const struct block *b, int32_t device, int32_t stream)
 {
-    struct glane key = {device, stream};
+    struct glane key = {device, lane_key(b->g, stream)};
     const struct glane *p = bsearch(&key, b->lanes, b->n_lanes, sizeof(key), cmp_glane);
     return p ? (uint32_t)(p - b->lanes) : 0;
 }
@@ -197,6 +210,8 @@ static const char *lane_label(const struct ps_graph *g, const struct glane *l, c
         snprintf(dev, sizeof(dev), "host");
     if (l->stream < 0)
         snprintf(st, sizeof(st), "host");
+    else if (l->stream == COPY_LANE)
+        snprintf(st, sizeof(st), "copies");
     else if (g && l->stream < g->n_streams)
         ps_stream_name(g, l->stream, st, (int)sizeof(st));
     else
@@ -213,7 +228,7 @@ int ps_plot_gantt(const struct ps_graph *g, const struct ps_trace *t, const stru
 {
     static const struct ps_gantt_opts defaults = {0};
     if (!o) o = &defaults;
-    struct block blk[2] = {{.t = t}, {.t = t2}};
+    struct block blk[2] = {{.g = g, .t = t}, {.g = g, .t = t2}};
     int nb = t2 ? 2 : 1;
     for (int b = 0; b < nb; b++) {
         if (block_lanes(&blk[b]) < 0) {
