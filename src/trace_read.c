@@ -139,7 +139,7 @@ static int event(struct reader *r, const cJSON *e, int k)
         by_id = true;
     } else {
         struct name_id key;
-        snprintf(key.name, sizeof(key.name), "%s", sq);
+        snprintf(key.name, sizeof(key.name), "%.*s", (int)sizeof(key.name) - 1, sq);
         const struct name_id *hit =
             strlen(sq) < sizeof(key.name)
                 ? bsearch(&key, r->map, r->g->n_nodes, sizeof(*r->map), name_cmp)
