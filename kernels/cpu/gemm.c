@@ -33,13 +33,18 @@
 #include <string.h>
 #include <unistd.h>
 
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 enum { MR = 8, NR = 8, MC = 128, KC = 256, NC = 2048 };
 #define PAR_MIN_WORK ((size_t)1 << 21)
 #define MAX_THREADS 16
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__OPTIMIZE__)
+/* (gcc cannot inline the FMA intrinsics into the target clone at -O0) */
 #define HAVE_FMA_CLONE 1
-#define FMA_TARGET __attribute__((target("arch=haswell")))
+#define FMA_TARGET __attribute__((target("avx2,fma")))
 #else
 #define HAVE_FMA_CLONE 0
 #endif
@@ -115,28 +120,35 @@ static void pack_b(const struct gemm_args *g, size_t j0, size_t nc, size_t p0, s
 }
 
 /* One MR x NR tile: kc rank-1 updates in registers, then c += alpha * acc (clipped at edges).
- * The tile is computed RB rows at a time so the accumulators fit the register file: RB = 8 with
- * 16 AVX registers (8 accumulators), RB = 4 with 16 SSE registers (the same 8 accumulators).
- * MADD is a*b+c: fmaf in the FMA clone (one rounding), a separate multiply and add otherwise
- * (-std=c17 turns off floating-point contraction). */
+ * A row of the tile is one vector of NR = 8 floats (GCC vector extension; an AVX register, two
+ * SSE ones). Per k: one load of B's row, then per tile row a broadcast of A's element and a
+ * multiply-add into that row's accumulator. The tile is computed RB rows at a time so the
+ * accumulators fit the register file: RB = 8 with 16 AVX registers, RB = 4 with 16 SSE ones.
+ * MADD is a*b+c: _mm256_fmadd_ps in the FMA clone (one rounding, as fmaf), a separate multiply
+ * and add otherwise (-std=c17 turns off floating-point contraction). Either way each element of
+ * C sees the same operations in the same k order as the scalar definition. */
+typedef float vec8 __attribute__((vector_size(NR * sizeof(float)), aligned(sizeof(float))));
+
 #define DEFINE_MICRO_KERNEL(name, MADD, RB, attr)                                              \
     attr static inline __attribute__((always_inline)) void name(                              \
         size_t kc, const float *restrict a, const float *restrict b, float *restrict c,       \
         size_t ldc, float alpha, size_t mr, size_t nr)                                         \
     {                                                                                          \
         for (int r0 = 0; r0 < MR && (size_t)r0 < mr; r0 += RB) {                               \
-            float acc[RB][NR];                                                                 \
-            _Pragma("GCC unroll 8") for (int i = 0; i < RB; i++)                               \
-                for (int j = 0; j < NR; j++) acc[i][j] = 0.0f;                                 \
+            vec8 acc[RB];                                                                      \
+            _Pragma("GCC unroll 8") for (int i = 0; i < RB; i++) acc[i] = (vec8){0};           \
             for (size_t p = 0; p < kc; p++) {                                                  \
-                const float *ap = a + p * MR + r0, *bp = b + p * NR;                           \
+                const float *ap = a + p * MR + r0;                                             \
+                vec8 bv = *(const vec8 *)(b + p * NR);                                         \
                 _Pragma("GCC unroll 8") for (int i = 0; i < RB; i++)                           \
-                    for (int j = 0; j < NR; j++) acc[i][j] = MADD(ap[i], bp[j], acc[i][j]);    \
+                    acc[i] = MADD(ap[i], bv, acc[i]);                                          \
             }                                                                                  \
             float *cr = c + (size_t)r0 * ldc;                                                  \
             if ((size_t)r0 + RB <= mr && nr == NR) {                                           \
-                _Pragma("GCC unroll 8") for (int i = 0; i < RB; i++)                           \
-                    for (int j = 0; j < NR; j++) cr[(size_t)i * ldc + j] += alpha * acc[i][j]; \
+                _Pragma("GCC unroll 8") for (int i = 0; i < RB; i++) {                         \
+                    vec8 *ci = (vec8 *)(cr + (size_t)i * ldc);                                 \
+                    *ci += alpha * acc[i];                                                     \
+                }                                                                              \
             } else {                                                                           \
                 for (size_t i = 0; i < RB && r0 + i < mr; i++)                                 \
                     for (size_t j = 0; j < nr; j++) cr[i * ldc + j] += alpha * acc[i][j];      \
@@ -144,10 +156,11 @@ static void pack_b(const struct gemm_args *g, size_t j0, size_t nc, size_t p0, s
         }                                                                                      \
     }
 
-#define MADD_PLAIN(x, y, z) ((z) + (x) * (y))
+#define MADD_PLAIN(s, v, acc) ((acc) + (s) * (v))
 DEFINE_MICRO_KERNEL(micro_kernel_plain, MADD_PLAIN, 4, )
 #if HAVE_FMA_CLONE
-DEFINE_MICRO_KERNEL(micro_kernel_fma, fmaf, 8, FMA_TARGET)
+#define MADD_FMA(s, v, acc) ((vec8)_mm256_fmadd_ps(_mm256_set1_ps(s), (__m256)(v), (__m256)(acc)))
+DEFINE_MICRO_KERNEL(micro_kernel_fma, MADD_FMA, 8, FMA_TARGET)
 #endif
 
 #define DEFINE_MACRO_KERNEL(name, micro, attr)                                                   \
