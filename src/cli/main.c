@@ -40,6 +40,8 @@ const struct ps_cmd ps_commands[] = {
      "[--tolerance makespan=0.2,task=0.5[,start=0.1]] [--calibrate COSTS.json] "
      "[--unit sample|micro_batch] [--json FILE] [--svg FILE] [--dot FILE]",
      ps_cmd_compare},
+    {"diagnose", "everything this machine can do, as a report folder with index.html",
+     "diagnose SPEC -o DIR [--chunks 1,2,4,...] [--no-drift] [--costs FILE] [--steps N]", ps_cmd_diagnose},
     {"simulate", "simulated timeline: makespan, bubble, memory, recompute, BN update order",
      "simulate SPEC [--actions FILE] [--no-phony] [--optimizer] [--costs FILE] [--trace FILE] "
      "[--svg FILE] [--json FILE]",

@@ -1,0 +1,740 @@
+/* pipescope diagnose: everything this machine can find out about a spec, as one report folder.
+ *
+ *   diagnose SPEC -o DIR [--chunks 1,2,4,...] [--no-drift] [--costs FILE] [--steps N]
+ *
+ * Steps: static checks with the no-phony what-if (check), the task graph (graph), the simulated
+ * timeline (simulate), a real run on the CPU (and on CUDA when ps_exec_backend_available says
+ * so), measured vs simulated (compare, plus a calibration of the costs to the CPU run), and a
+ * BatchNorm drift sweep over chunks for plain and deferred BN (drift). Then:
+ *
+ *   DIR/index.html        static page, no JavaScript: findings, tables, linked SVGs
+ *   DIR/report.json       the report JSON (spec, graph, analysis, simulation, execution,
+ *                         comparison, drift)
+ *   DIR/simulated.json, DIR/measured-cpu.json (-cuda.json)   Chrome traces for Perfetto
+ *   DIR/graph.svg, graph-errors.svg, timeline.svg, drift-*.svg, costs-cpu.json
+ *
+ * and prints the main findings in plain words on stdout. Everything is written into DIR.tmp,
+ * which is renamed to DIR only when all of it succeeded (an earlier DIR is replaced then, and
+ * only then), so a failed diagnose leaves no partial folder behind.
+ * Exit codes: 0 ok (findings are results, not failures), 2 bad input or usage.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cmp_report.h"
+#include "cost.h"
+#include "drift.h"
+#include "exec.h"
+#include "html.h"
+#include "simrun.h"
+#include "viz.h"
+
+static int rm_rf(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0) return errno == ENOENT ? 0 : -errno;
+    if (!S_ISDIR(st.st_mode)) return unlink(path) ? -errno : 0;
+    DIR *d = opendir(path);
+    if (!d) return -errno;
+    struct dirent *e;
+    char p[4096];
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(p, sizeof(p), "%s/%s", path, e->d_name);
+        rm_rf(p);
+    }
+    closedir(d);
+    return rmdir(path) ? -errno : 0;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+struct diag_run {
+    const char *name; /* "cpu", "cuda" */
+    bool ok;
+    char why[512];
+    struct ps_exec_result res;
+    struct ps_compare cmp;
+    bool have_cmp;
+};
+
+struct findings {
+    char line[16][512];
+    int n;
+};
+
+static void finding(struct findings *f, struct ps_html *h, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void finding(struct findings *f, struct ps_html *h, const char *fmt, ...)
+{
+    if (f->n >= 16) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(f->line[f->n], sizeof(f->line[0]), fmt, ap);
+    va_end(ap);
+    ps_html_summary(h, f->line[f->n]);
+    f->n++;
+}
+
+static const char *fmt(char *buf, int len, const char *f, double v)
+{
+    if (!isfinite(v)) snprintf(buf, len, "n/a");
+    else snprintf(buf, len, f, v);
+    return buf;
+}
+
+#define CELL(k) (cells[k] = bufs[k], bufs[k])
+
+static const struct ps_drift_run *drift_find(const struct ps_drift *dr, int chunks,
+                                             enum ps_bn_policy p, enum ps_checkpoint c)
+{
+    for (int k = 0; k < dr->n_runs; k++)
+        if (dr->runs[k].s.chunks == chunks && dr->runs[k].s.policy == p &&
+            dr->runs[k].s.checkpoint == c)
+            return &dr->runs[k];
+    return NULL;
+}
+
+int ps_cmd_diagnose(struct ps_cli *cli)
+{
+    const char *costs_path = NULL, *v;
+    int *chunks = NULL, n_chunks = 0, steps = 0;
+    bool drift_on = true;
+    for (int k = 0; k < cli->argc; k++) {
+        if ((v = ps_cli_arg(cli, &k, "--costs"))) costs_path = v;
+        else if ((v = ps_cli_arg(cli, &k, "--chunks"))) {
+            free(chunks);
+            chunks = NULL;
+            if ((n_chunks = ps_cli_int_list(v, &chunks)) < 0)
+                return ps_cli_usage(cli, "--chunks takes a list like 1,2,4,8, not '%s'", v);
+        } else if ((v = ps_cli_arg(cli, &k, "--steps"))) {
+            char *end;
+            long x = strtol(v, &end, 10);
+            if (end == v || *end || x < 1 || x > 1000) {
+                free(chunks);
+                return ps_cli_usage(cli, "--steps must be an integer in 1..1000, not '%s'", v);
+            }
+            steps = (int)x;
+        } else if (ps_cli_flag(cli, k, "--no-drift")) drift_on = false;
+        else {
+            free(chunks);
+            return ps_cli_usage(cli, "unknown option '%s'", cli->argv[k]);
+        }
+    }
+    if (!cli->outdir || !*cli->outdir) {
+        free(chunks);
+        return ps_cli_usage(cli, "-o DIR is required");
+    }
+    if (costs_path && !*costs_path) {
+        free(chunks);
+        return ps_cli_usage(cli, "--costs needs a file");
+    }
+    double t_start = now_s();
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    struct ps_ctx ctx;
+    int code = ps_ctx_load(&ctx, cli, NULL);
+    if (code) {
+        free(chunks);
+        return code;
+    }
+    struct ps_spec *spec = ctx.spec;
+    struct ps_graph *g = ctx.graph;
+    struct ps_costs *costs = NULL;
+    struct ps_analysis an, wan;
+    memset(&an, 0, sizeof(an));
+    memset(&wan, 0, sizeof(wan));
+    struct ps_graph *gw = NULL;
+    struct ps_order ow;
+    memset(&ow, 0, sizeof(ow));
+    struct ps_simrun sr, sr2;
+    memset(&sr, 0, sizeof(sr));
+    memset(&sr2, 0, sizeof(sr2));
+    struct diag_run runs[2];
+    memset(runs, 0, sizeof(runs));
+    runs[0].name = "cpu";
+    runs[1].name = "cuda";
+    struct ps_calib cal;
+    memset(&cal, 0, sizeof(cal));
+    struct ps_compare ccal;
+    memset(&ccal, 0, sizeof(ccal));
+    bool have_cal = false;
+    struct ps_drift dr;
+    memset(&dr, 0, sizeof(dr));
+    bool have_drift = false;
+    struct ps_html *h = ps_html_create(spec->name ? spec->name : spec->path);
+    cJSON *root = ps_report_new();
+    double *cost = malloc(((size_t)g->n_nodes + 1) * sizeof(double));
+    double *errs = NULL;
+    struct findings fi = {.n = 0};
+    char tmpdir[4096], path[4200], b1[64], b2[64], b3[64], b4[64], b5[64], b6[64];
+    snprintf(tmpdir, sizeof(tmpdir), "%s.tmp", cli->outdir);
+    bool made_tmp = false;
+    if (!h || !root || !cost) {
+        code = ps_cli_fail(&(struct ps_diag){.where = "diagnose", .msg = "out of memory"}, PS_EXIT_INPUT);
+        goto out;
+    }
+    if ((code = ps_simrun_costs(cli, spec, costs_path, &costs))) goto out;
+    code = PS_EXIT_INPUT;
+
+    /* ---- check ---------------------------------------------------------------------------- */
+    ps_cost_fill_roofline(g, cost);
+    if (ps_analysis_run(g, &ctx.order, cost, &an, &d)) goto fail;
+    struct ps_graph_opts wo;
+    ps_graph_opts_from_spec(spec, &wo);
+    wo.phony = false;
+    bool whatif = spec->phony && spec->schedule == PS_SCHED_GPIPE &&
+                  ps_graph_build(spec, ctx.model, &wo, &gw, &d) == 0 &&
+                  ps_engine_order(gw, &ow, &d) == 0 && ps_analysis_run(gw, &ow, NULL, &wan, &d) == 0;
+    ps_diag_clear(&d);
+    ps_cli_info(cli, "diagnose: checks done (%.2f s)", now_s() - t_start);
+
+    /* ---- simulate ------------------------------------------------------------------------- */
+    struct ps_graph_opts o;
+    ps_graph_opts_from_spec(spec, &o);
+    if (ps_simrun(spec, ctx.model, &o, NULL, costs, &sr, &d)) goto fail;
+    ps_cli_info(cli, "diagnose: simulated (%.2f s)", now_s() - t_start);
+
+    /* ---- run: cpu, and cuda when there is one --------------------------------------------- */
+    for (int b = 0; b < 2; b++) {
+        struct diag_run *r = &runs[b];
+        struct ps_exec_opts eo;
+        ps_exec_opts_init(&eo);
+        eo.backend = b ? PS_BACKEND_CUDA : PS_BACKEND_CPU;
+        eo.steps = steps;
+        eo.virtual_devices = b == 1;
+        struct ps_diag rd;
+        ps_diag_clear(&rd);
+        if (!ps_exec_backend_available(eo.backend, &rd)) {
+            ps_diag_format(&rd, r->why, sizeof(r->why));
+            continue;
+        }
+        if (ps_exec_run(g, &ctx.order, &eo, &r->res, &rd)) {
+            ps_diag_format(&rd, r->why, sizeof(r->why));
+            ps_cli_warn(cli, "%s run failed: %s", r->name, r->why);
+            continue;
+        }
+        r->ok = true;
+        if (ps_compare_run(sr.g, &sr.sim.trace, &r->res.trace, &r->cmp, &rd) == 0) r->have_cmp = true;
+        ps_cli_info(cli, "diagnose: %s run done (%.2f s)", r->name, now_s() - t_start);
+    }
+    if (runs[0].ok && runs[0].have_cmp) {
+        struct ps_diag cd;
+        ps_diag_clear(&cd);
+        if (ps_calibrate(sr.g, &sr.order, &runs[0].res.trace, true, &cal, &cd) == 0 &&
+            ps_simrun(spec, ctx.model, &o, NULL, cal.costs, &sr2, &cd) == 0 &&
+            ps_compare_run(sr2.g, &sr2.sim.trace, &runs[0].res.trace, &ccal, &cd) == 0)
+            have_cal = true;
+    }
+
+    /* ---- drift ---------------------------------------------------------------------------- */
+    bool has_bn = false;
+    for (int l = 0; l < spec->n_layers; l++) has_bn |= spec->layers[l].op == PS_OP_BATCHNORM;
+    if (drift_on && has_bn) {
+        int defc[16], nd = 0;
+        if (!chunks) {
+            for (int c = 1; c <= spec->batch && nd < 15; c *= 2) defc[nd++] = c;
+            bool in = false;
+            for (int k = 0; k < nd; k++) in |= defc[k] == spec->chunks;
+            if (!in) defc[nd++] = spec->chunks;
+        }
+        enum ps_bn_policy pol[2] = {PS_BN_PLAIN, PS_BN_DEFERRED};
+        struct ps_drift_opts dopt = {.n_chunks = chunks ? n_chunks : nd,
+                                     .chunks = chunks ? chunks : defc,
+                                     .n_policies = 2,
+                                     .policies = pol,
+                                     .steps = steps};
+        struct ps_diag dd;
+        ps_diag_clear(&dd);
+        if (ps_drift_run(spec, ctx.model, &dopt, &dr, &dd) == 0) have_drift = true;
+        else {
+            char w[1024];
+            ps_cli_warn(cli, "drift sweep skipped: %s", ps_diag_format(&dd, w, sizeof(w)));
+        }
+        ps_cli_info(cli, "diagnose: drift done (%.2f s)", now_s() - t_start);
+    }
+
+    /* ---- files into DIR.tmp --------------------------------------------------------------- */
+    rm_rf(tmpdir);
+    if (mkdir(tmpdir, 0755) != 0) {
+        ps_diag_set(&d, -errno, tmpdir, "cannot create the report folder: %s", strerror(errno));
+        goto fail;
+    }
+    made_tmp = true;
+#define OUT(name) (snprintf(path, sizeof(path), "%s/%s", tmpdir, name), path)
+    if (ps_chrome_write_file(sr.g, &sr.sim.trace, NULL, OUT("simulated.json"), &d)) goto fail;
+    for (int b = 0; b < 2; b++) {
+        if (!runs[b].ok) continue;
+        snprintf(b1, sizeof(b1), "measured-%s.json", runs[b].name);
+        if (ps_chrome_write_file(g, &runs[b].res.trace, NULL, OUT(b1), &d)) goto fail;
+    }
+    struct ps_dot_opts dop;
+    ps_dot_opts_init(&dop);
+    bool big = g->n_nodes > 300;
+    dop.tasks_only = big;
+    dop.title = spec->name;
+    if (ps_svg_write_file(g, &dop, OUT("graph.svg"), &d)) goto fail;
+    const struct diag_run *best = runs[1].have_cmp ? &runs[1] : runs[0].have_cmp ? &runs[0] : NULL;
+    if (best) {
+        errs = ps_compare_node_errors(&best->cmp, sr.g);
+        struct ps_dot_opts eo = dop;
+        eo.node_value = errs;
+        eo.value_name = "duration error (measured - simulated) / measured";
+        eo.tasks_only = true;
+        if (!errs || ps_svg_write_file(sr.g, &eo, OUT("graph-errors.svg"), &d)) goto fail;
+        struct ps_gantt_opts go = {.title = "measured (above) and simulated (below), one time axis",
+                                   .label = best == &runs[1] ? "measured on cuda" : "measured on cpu",
+                                   .label2 = "simulated"};
+        if (ps_plot_gantt_file(sr.g, &best->res.trace, &sr.sim.trace, &go, OUT("timeline.svg"), &d))
+            goto fail;
+    }
+    struct ps_gantt_opts gs = {.title = "simulated timeline", .label = "simulated"};
+    if (ps_plot_gantt_file(sr.g, &sr.sim.trace, NULL, &gs, OUT("timeline-simulated.svg"), &d))
+        goto fail;
+    if (have_cal && ps_costs_write(cal.costs, OUT("costs-cpu.json"), &d)) goto fail;
+    if (have_drift && (ps_drift_plot(&dr, "var_err", OUT("drift-var.svg"), &d) ||
+                       ps_drift_plot(&dr, "mean_err", OUT("drift-mean.svg"), &d) ||
+                       ps_drift_plot(&dr, "var_gap", OUT("drift-gap.svg"), &d)))
+        goto fail;
+
+    /* ---- the page and the findings -------------------------------------------------------- */
+    {
+        char sub[1024];
+        snprintf(sub, sizeof(sub),
+                 "%s: %s, batch %lld in %d micro-batches (chunks %d), %d partitions on %d "
+                 "device%s, checkpoint %s, batchnorm %s, phony edges %s",
+                 spec->path, ps_schedule_name(spec->schedule), (long long)spec->batch,
+                 spec->mb_count, spec->chunks, spec->n_partitions, spec->n_devices,
+                 spec->n_devices == 1 ? "" : "s", ps_checkpoint_name(spec->checkpoint),
+                 ps_bn_policy_name(spec->batchnorm), spec->phony ? "on" : "off");
+        ps_html_subtitle(h, sub);
+    }
+    /* findings: checks */
+    int n_checks = 0;
+    for (int c = 0; c < PS_CHECK__COUNT; c++) n_checks += an.checked[c] > 0;
+    char wi[512] = "";
+    if (whatif) {
+        double grow = 0;
+        for (int k = 0; k < an.n_devices && an.mem && wan.mem; k++)
+            if (an.mem[k].peak_bytes > 0)
+                grow = fmax(grow, (double)wan.mem[k].peak_bytes / (double)an.mem[k].peak_bytes);
+        uint32_t lost = 0;
+        for (int c = 0; c < PS_CHECK__COUNT; c++)
+            if (!an.per_check[c]) lost += wan.per_check[c];
+        if (lost)
+            snprintf(wi, sizeof(wi),
+                     "; without phony edges backward order is not guaranteed (%u pairs) and peak "
+                     "memory grows %.1fx",
+                     lost, grow);
+        else
+            snprintf(wi, sizeof(wi), "; without phony edges every invariant still holds");
+    }
+    if (an.ok)
+        finding(&fi, h, "checks: all %d invariants hold%s", n_checks, wi);
+    else
+        finding(&fi, h, "checks: %u violation%s of the ordering invariants (see the checks table)%s",
+                an.n_violations, an.n_violations == 1 ? "" : "s", wi);
+    /* findings: timing */
+    const struct ps_sim *sim = &sr.sim;
+    if (runs[0].have_cmp) {
+        const struct ps_compare *c = &runs[0].cmp;
+        bool target_cpu = true;
+        for (int j = 0; j < spec->n_partitions; j++) target_cpu &= spec->devices[j].kind == PS_DEV_CPU;
+        if (!target_cpu || fabs(c->makespan_error) > 0.5) {
+            char cb[256] = "";
+            if (have_cal)
+                snprintf(cb, sizeof(cb), " (costs calibrated to this run, costs-cpu.json, bring the "
+                                         "error to %+.1f%%)",
+                         100 * ccal.makespan_error);
+            finding(&fi, h,
+                    "simulated makespan %s, measured on CPU %s: %s — use --costs or calibrate%s",
+                    ps_cli_time(c->sim_makespan_us, b1, sizeof(b1)),
+                    ps_cli_time(c->meas_makespan_us, b2, sizeof(b2)),
+                    target_cpu ? "the cost model does not fit this CPU" : "CPU is not the target device",
+                    cb);
+        } else {
+            finding(&fi, h, "simulated makespan %s, measured on CPU %s (error %+.1f%%)",
+                    ps_cli_time(c->sim_makespan_us, b1, sizeof(b1)),
+                    ps_cli_time(c->meas_makespan_us, b2, sizeof(b2)), 100 * c->makespan_error);
+        }
+        finding(&fi, h,
+                "measured order matches the simulation up to %llu inversion%s of %llu pairs; the "
+                "CPU run broke %u of %u dependencies",
+                (unsigned long long)c->inversions, c->inversions == 1 ? "" : "s",
+                (unsigned long long)c->pairs, c->n_dep_violations, c->n_deps_checked);
+    } else {
+        finding(&fi, h, "simulated makespan %s; no CPU run to compare with (%s)",
+                ps_cli_time(sim->makespan_us, b1, sizeof(b1)), runs[0].why);
+    }
+    if (runs[1].have_cmp)
+        finding(&fi, h, "measured on CUDA %s against simulated %s (error %+.1f%%)",
+                ps_cli_time(runs[1].cmp.meas_makespan_us, b1, sizeof(b1)),
+                ps_cli_time(runs[1].cmp.sim_makespan_us, b2, sizeof(b2)),
+                100 * runs[1].cmp.makespan_error);
+    finding(&fi, h, "bubble %.1f%% of the simulated makespan on average; recompute costs %.1f%% of forward + backward",
+            100 * sim->bubble_fraction, 100 * sim->recompute_overhead);
+    /* findings: BN */
+    if (have_drift) {
+        const struct ps_drift_run *pl = drift_find(&dr, spec->chunks, PS_BN_PLAIN, spec->checkpoint);
+        const struct ps_drift_run *de = drift_find(&dr, spec->chunks, PS_BN_DEFERRED, spec->checkpoint);
+        if (pl && pl->n_layers) {
+            int worst = 0;
+            for (int k = 1; k < pl->n_layers; k++)
+                if (pl->layers[k].var_err_max > pl->layers[worst].var_err_max) worst = k;
+            double dv = NAN;
+            if (de)
+                for (int k = 0; k < de->n_layers; k++)
+                    if (de->layers[k].layer == pl->layers[worst].layer) dv = de->layers[k].var_err_max;
+            finding(&fi, h,
+                    "BN layer %d: running_var %.1f%% off the full-batch value at chunks=%d with "
+                    "plain BN (%d updates per step); deferred BN: %s",
+                    pl->layers[worst].layer, 100 * pl->layers[worst].var_err_max, spec->chunks,
+                    pl->layers[worst].updates, fmt(b1, sizeof(b1), "%.1f%%", 100 * dv));
+        }
+    }
+
+    /* sections */
+    ps_html_section(h, "checks", "Checks");
+    {
+        const char *head[] = {"check", "pairs checked", "violations", "without phony edges"};
+        ps_html_table(h, "ordering invariants (SEMANTICS.md), as happens-before queries on the graph", 4, head);
+        for (int c = 0; c < PS_CHECK__COUNT; c++) {
+            if (!an.checked[c]) continue;
+            char bufs[4][64];
+            const char *cells[4];
+            snprintf(CELL(0), 64, "%s", ps_check_name(c));
+            snprintf(CELL(1), 64, "%u", an.checked[c]);
+            snprintf(CELL(2), 64, "%u", an.per_check[c]);
+            if (whatif) snprintf(CELL(3), 64, "%u", wan.per_check[c]);
+            else snprintf(CELL(3), 64, "n/a");
+            ps_html_row(h, cells);
+        }
+        for (uint32_t k = 0; k < an.n_kept && k < 10; k++) ps_html_para(h, "violation: %s", an.v[k].msg);
+    }
+    ps_html_section(h, "graph", "Task graph");
+    ps_html_para(h, "%u nodes, %u edges; %s. Data edges solid, phony (fork/join) edges dashed, "
+                    "recompute shaded.",
+                 g->n_nodes, g->n_edges,
+                 big ? "tasks-only view (fork/join/copy/wait contracted into edges)" : "every node");
+    ps_html_image(h, "graph.svg", "dependency graph", "the task graph (graph.svg)");
+    ps_html_section(h, "memory", "Memory");
+    {
+        const char *head[] = {"device", "peak activations (engine order)", "without phony edges",
+                              "simulated peak", "at"};
+        ps_html_table(h, "activation memory per device", 5, head);
+        for (int k = 0; k < an.n_devices; k++) {
+            char bufs[5][64];
+            const char *cells[5];
+            ps_viz_device_name(g, k, CELL(0), 64);
+            ps_cli_bytes(an.mem ? (double)an.mem[k].peak_bytes : NAN, CELL(1), 64);
+            if (whatif && wan.mem) ps_cli_bytes((double)wan.mem[k].peak_bytes, CELL(2), 64);
+            else snprintf(CELL(2), 64, "n/a");
+            ps_cli_bytes(k < sim->n_devices ? (double)sim->dev[k].peak_bytes : NAN, CELL(3), 64);
+            ps_cli_time(k < sim->n_devices ? sim->dev[k].peak_t_us : NAN, CELL(4), 64);
+            ps_html_row(h, cells);
+        }
+    }
+    ps_html_section(h, "simulation", "Simulation");
+    ps_html_para(h, "makespan %s, bubble %.1f%%, forward %s, backward %s, recompute %s (%.1f%% of "
+                    "forward + backward), copies %s; costs: %s.",
+                 ps_cli_time(sim->makespan_us, b1, sizeof(b1)), 100 * sim->bubble_fraction,
+                 ps_cli_time(sim->forward_us, b2, sizeof(b2)),
+                 ps_cli_time(sim->backward_us, b3, sizeof(b3)),
+                 ps_cli_time(sim->recompute_us, b4, sizeof(b4)), 100 * sim->recompute_overhead,
+                 ps_cli_time(sim->copy_us, b5, sizeof(b5)),
+                 costs ? (costs_path ? costs_path : spec->costs) : "roofline (spec hardware)");
+    {
+        const char *head[] = {"device", "busy", "bubble", "forward", "backward", "recompute", "in flight"};
+        ps_html_table(h, "per device (simulated)", 7, head);
+        for (int k = 0; k < sim->n_devices; k++) {
+            const struct ps_sim_device *dv = &sim->dev[k];
+            char bufs[7][64];
+            const char *cells[7];
+            ps_viz_device_name(sr.g, k, CELL(0), 64);
+            ps_cli_time(dv->busy_us, CELL(1), 64);
+            snprintf(CELL(2), 64, "%.1f%%", 100 * dv->bubble_fraction);
+            ps_cli_time(dv->forward_us, CELL(3), 64);
+            ps_cli_time(dv->backward_us, CELL(4), 64);
+            ps_cli_time(dv->recompute_us, CELL(5), 64);
+            snprintf(CELL(6), 64, "%u", dv->max_in_flight);
+            ps_html_row(h, cells);
+        }
+    }
+    ps_html_image(h, "timeline-simulated.svg", "simulated timeline",
+                  "simulated timeline (simulated.json opens in Perfetto)");
+    ps_html_section(h, "comparison", "Measured vs simulated");
+    for (int b = 0; b < 2; b++) {
+        const struct diag_run *r = &runs[b];
+        if (!r->ok) {
+            ps_html_para(h, "%s: not run (%s)", r->name, r->why);
+            continue;
+        }
+        if (!r->have_cmp) continue;
+        const struct ps_compare *c = &r->cmp;
+        const char *head[] = {"metric", "measured", "simulated", "error"};
+        char cap[128];
+        snprintf(cap, sizeof(cap), "%s run (measured-%s.json), last of %d steps", r->name, r->name,
+                 r->res.steps);
+        ps_html_table(h, cap, 4, head);
+        char bufs[4][64];
+        const char *cells[4];
+        snprintf(CELL(0), 64, "makespan (span of the tasks)");
+        ps_cli_time(c->meas_makespan_us, CELL(1), 64);
+        ps_cli_time(c->sim_makespan_us, CELL(2), 64);
+        snprintf(CELL(3), 64, "%+.1f%%", 100 * c->makespan_error);
+        ps_html_row(h, cells);
+        snprintf(CELL(0), 64, "task duration error, median / p95");
+        snprintf(CELL(1), 64, "%s / %s", fmt(b1, 32, "%.1f%%", 100 * c->dur_rel.median),
+                 fmt(b2, 32, "%.1f%%", 100 * c->dur_rel.p95));
+        snprintf(CELL(2), 64, " ");
+        snprintf(CELL(3), 64, " ");
+        ps_html_row(h, cells);
+        snprintf(CELL(0), 64, "task start error, median / p95");
+        snprintf(CELL(1), 64, "%s / %s", ps_cli_time(c->start.median, b1, 32),
+                 ps_cli_time(c->start.p95, b2, 32));
+        ps_html_row(h, cells);
+        snprintf(CELL(0), 64, "order inversions (pairs)");
+        snprintf(CELL(1), 64, "%llu of %llu", (unsigned long long)c->inversions,
+                 (unsigned long long)c->pairs);
+        ps_html_row(h, cells);
+        snprintf(CELL(0), 64, "dependency violations");
+        snprintf(CELL(1), 64, "%u of %u", c->n_dep_violations, c->n_deps_checked);
+        ps_html_row(h, cells);
+        snprintf(CELL(0), 64, "recompute overhead R/(F+B)");
+        fmt(CELL(1), 64, "%.1f%%", 100 * c->meas_recompute_overhead);
+        fmt(CELL(2), 64, "%.1f%%", 100 * c->sim_recompute_overhead);
+        ps_html_row(h, cells);
+        snprintf(CELL(0), 64, "copy/compute overlap");
+        fmt(CELL(1), 64, "%.1f%%", 100 * c->meas_copy_overlap);
+        fmt(CELL(2), 64, "%.1f%%", 100 * c->sim_copy_overlap);
+        ps_html_row(h, cells);
+        for (int k = 0; k < c->n_devices; k++) {
+            char dn[32];
+            snprintf(CELL(0), 64, "bubble %s", ps_viz_device_name(g, k, dn, sizeof(dn)));
+            fmt(CELL(1), 64, "%.1f%%", 100 * c->dev[k].meas_bubble);
+            fmt(CELL(2), 64, "%.1f%%", 100 * c->dev[k].sim_bubble);
+            ps_html_row(h, cells);
+        }
+        if (b == 0 && have_cal) {
+            ps_html_para(h,
+                         "calibrated to this run (costs-cpu.json, %u observations, rank %u of %u, "
+                         "launch overhead %s): makespan error %+.1f%% -> %+.1f%%, duration error "
+                         "p95 %s -> %s.",
+                         cal.n_obs, cal.rank, cal.n_params,
+                         cal.fitted[PS_CAL_LAUNCH] ? ps_cli_time(cal.value[PS_CAL_LAUNCH], b1, 32) : "not fitted",
+                         100 * c->makespan_error, 100 * ccal.makespan_error,
+                         fmt(b2, 32, "%.1f%%", 100 * c->dur_rel.p95),
+                         fmt(b3, 32, "%.1f%%", 100 * ccal.dur_rel.p95));
+        }
+    }
+    if (best) {
+        ps_html_image(h, "timeline.svg", "measured and simulated timelines",
+                      "measured lanes above simulated lanes on one time axis");
+        ps_html_image(h, "graph-errors.svg", "graph coloured by error",
+                      "tasks coloured by relative duration error (red: measured slower, blue: "
+                      "faster)");
+    }
+    ps_html_section(h, "batchnorm", "BatchNorm statistics");
+    if (!has_bn) {
+        ps_html_para(h, "the model has no BatchNorm layer");
+    } else {
+        if (runs[0].ok) {
+            const struct ps_exec_result *r = &runs[0].res;
+            const char *head[] = {"layer", "updates in the last step", "running_mean[0..3]",
+                                  "running_var[0..3]", "num_batches_tracked"};
+            ps_html_table(h, "after the CPU run", 5, head);
+            for (int l = 0; l < spec->n_layers; l++) {
+                if (spec->layers[l].op != PS_OP_BATCHNORM) continue;
+                const struct ps_layer_state *ls = &r->state.layers[l];
+                char bufs[5][160];
+                const char *cells[5];
+                snprintf(CELL(0), 160, "%d", l);
+                char *p = CELL(1);
+                p[0] = '\0';
+                for (uint32_t k = 0; k < r->n_bn; k++)
+                    if (r->bn[k].layer == l && r->bn[k].step == r->steps - 1 && strlen(p) < 140) {
+                        char x[16];
+                        snprintf(x, sizeof(x), "%s%d%c", p[0] ? " " : "", r->bn[k].mb,
+                                 "frc"[r->bn[k].phase]);
+                        strcat(p, x);
+                    }
+                p = CELL(2);
+                p[0] = '\0';
+                char *q = CELL(3);
+                q[0] = '\0';
+                for (int c = 0; c < 4 && c < ls->channels; c++) {
+                    char x[32];
+                    snprintf(x, sizeof(x), "%s%.4g", c ? " " : "", (double)ls->running_mean[c]);
+                    strcat(p, x);
+                    snprintf(x, sizeof(x), "%s%.4g", c ? " " : "", (double)ls->running_var[c]);
+                    strcat(q, x);
+                }
+                snprintf(CELL(4), 160, "%lld", (long long)ls->num_batches_tracked);
+                ps_html_row(h, cells);
+            }
+        }
+        if (have_drift) {
+            const char *head[] = {"chunks", "m", "policy", "BN layer", "updates", "var error max",
+                                  "mean error max", "var gap measured", "var gap predicted"};
+            ps_html_table(h, "drift against the full-batch reference (chunks 1, plain BN)", 9, head);
+            for (int k = 0; k < dr.n_runs; k++) {
+                const struct ps_drift_run *r = &dr.runs[k];
+                for (int l = 0; l < r->n_layers; l++) {
+                    const struct ps_drift_layer *L = &r->layers[l];
+                    char bufs[9][64];
+                    const char *cells[9];
+                    snprintf(CELL(0), 64, "%d", r->s.chunks);
+                    snprintf(CELL(1), 64, "%d", r->m);
+                    snprintf(CELL(2), 64, "%s", ps_bn_policy_name(r->s.policy));
+                    snprintf(CELL(3), 64, "%d", L->layer);
+                    snprintf(CELL(4), 64, "%d", L->updates);
+                    fmt(CELL(5), 64, "%.2f%%", 100 * L->var_err_max);
+                    fmt(CELL(6), 64, "%.3g", L->mean_err_max);
+                    fmt(CELL(7), 64, "%.3g", L->var_gap_measured);
+                    fmt(CELL(8), 64, "%.3g", L->var_gap_predicted);
+                    ps_html_row(h, cells);
+                }
+            }
+            ps_html_image(h, "drift-var.svg", "running_var error against chunks",
+                          "running_var error against chunks, plain vs deferred BN");
+            ps_html_image(h, "drift-mean.svg", "running_mean error against chunks",
+                          "running_mean error against chunks");
+            ps_html_image(h, "drift-gap.svg", "variance gap against chunks",
+                          "what averaging micro-batch variances loses");
+        } else {
+            ps_html_para(h, "no drift sweep (%s)", drift_on ? "it could not run" : "--no-drift");
+        }
+    }
+    ps_html_section(h, "files", "Files");
+    ps_html_para(h, "report.json (the whole report), simulated.json and measured-*.json (Chrome "
+                    "traces: open them in Perfetto or chrome://tracing), graph.svg, timeline.svg, "
+                    "drift-*.svg, costs-cpu.json (costs calibrated to the CPU run: pass it with "
+                    "--costs).");
+
+    /* report.json */
+    ps_report_add_spec(root, spec);
+    ps_report_add_graph(root, g);
+    ps_report_add_analysis(root, g, &an, &ctx.order);
+    {
+        cJSON *s = cJSON_CreateObject();
+        ps_json_add_number(s, "makespan_us", sim->makespan_us);
+        ps_json_add_number(s, "bubble_fraction", sim->bubble_fraction);
+        ps_json_add_number(s, "forward_us", sim->forward_us);
+        ps_json_add_number(s, "backward_us", sim->backward_us);
+        ps_json_add_number(s, "recompute_us", sim->recompute_us);
+        ps_json_add_number(s, "recompute_overhead", sim->recompute_overhead);
+        ps_json_add_number(s, "copy_us", sim->copy_us);
+        cJSON *ds = cJSON_AddArrayToObject(s, "devices");
+        for (int k = 0; k < sim->n_devices; k++) {
+            cJSON *x = cJSON_CreateObject();
+            ps_json_add_int(x, "device", k);
+            ps_json_add_number(x, "busy_us", sim->dev[k].busy_us);
+            ps_json_add_number(x, "bubble_fraction", sim->dev[k].bubble_fraction);
+            ps_json_add_int(x, "peak_bytes", sim->dev[k].peak_bytes);
+            cJSON_AddItemToArray(ds, x);
+        }
+        ps_json_set(root, "simulation", s);
+    }
+    if (runs[0].ok || runs[1].ok) {
+        cJSON *ex = cJSON_CreateObject();
+        for (int b = 0; b < 2; b++) {
+            const struct diag_run *r = &runs[b];
+            cJSON *x = cJSON_AddObjectToObject(ex, r->name);
+            if (!r->ok) {
+                ps_json_add_string(x, "unavailable", r->why);
+                continue;
+            }
+            ps_json_add_string(x, "backend", r->name);
+            ps_json_add_int(x, "steps", r->res.steps);
+            ps_json_add_number(x, "makespan_us", ps_trace_makespan(&r->res.trace));
+            ps_json_add_number(x, "total_us", r->res.total_us);
+            ps_json_add_int(x, "dropped_records", (int64_t)r->res.trace.dropped);
+            cJSON *ls = cJSON_AddArrayToObject(x, "loss");
+            for (int k = 0; k < r->res.steps; k++) ps_json_add_number(ls, NULL, r->res.loss[k]);
+        }
+        ps_json_set(root, "execution", ex);
+    }
+    if (best) {
+        struct ps_tolerance tol;
+        ps_tolerance_init(&tol);
+        char why[1024];
+        int ex = ps_compare_check(&best->cmp, &tol, why, sizeof(why));
+        cJSON *cj = ps_cmp_json(sr.g, &best->cmp, &best->res.trace, NULL, &tol, ex, why);
+        if (cj && have_cal && best == &runs[0])
+            cJSON_AddItemToObject(cj, "calibration", ps_calib_json(&cal, &runs[0].cmp, &ccal));
+        ps_json_set(root, "comparison", cj);
+    }
+    if (have_drift) ps_json_set(root, "drift", ps_drift_json(&dr));
+    {
+        cJSON *fj = cJSON_CreateArray();
+        for (int k = 0; k < fi.n; k++) ps_json_add_string(fj, NULL, fi.line[k]);
+        ps_json_set(root, "findings", fj);
+    }
+    if (ps_report_write(root, OUT("report.json"), &d)) goto fail;
+    if (ps_html_write_file(h, OUT("index.html"), &d)) goto fail;
+
+    /* ---- publish: DIR.tmp -> DIR ---------------------------------------------------------- */
+    {
+        char old[4200];
+        struct stat st;
+        bool had = stat(cli->outdir, &st) == 0;
+        snprintf(old, sizeof(old), "%s.old.%ld", cli->outdir, (long)getpid());
+        if (had && rename(cli->outdir, old) != 0) {
+            ps_diag_set(&d, -errno, cli->outdir, "cannot replace the old report folder: %s",
+                        strerror(errno));
+            goto fail;
+        }
+        if (rename(tmpdir, cli->outdir) != 0) {
+            int e = errno;
+            if (had) rename(old, cli->outdir);
+            ps_diag_set(&d, -e, cli->outdir, "cannot create the report folder: %s", strerror(e));
+            goto fail;
+        }
+        made_tmp = false;
+        if (had) rm_rf(old);
+    }
+    if (cli->verbosity >= 0) {
+        printf("diagnose: %s -> %s/index.html (%.1f s)\n", spec->name ? spec->name : spec->path,
+               cli->outdir, now_s() - t_start);
+        for (int k = 0; k < fi.n; k++) printf("  %s\n", fi.line[k]);
+    }
+    (void)b6;
+    code = PS_EXIT_OK;
+    goto out;
+fail:
+    code = ps_cli_fail(&d, PS_EXIT_INPUT);
+out:
+    if (made_tmp) rm_rf(tmpdir);
+    free(errs);
+    free(cost);
+    free(chunks);
+    cJSON_Delete(root);
+    ps_html_destroy(h);
+    ps_drift_finish(&dr);
+    ps_compare_finish(&ccal);
+    ps_calib_finish(&cal);
+    for (int b = 0; b < 2; b++) {
+        ps_compare_finish(&runs[b].cmp);
+        if (runs[b].ok) ps_exec_result_finish(&runs[b].res);
+    }
+    ps_simrun_finish(&sr);
+    ps_simrun_finish(&sr2);
+    ps_analysis_finish(&an);
+    ps_analysis_finish(&wan);
+    ps_order_finish(&ow);
+    ps_graph_destroy(gw);
+    ps_costs_destroy(costs);
+    ps_ctx_finish(&ctx);
+    return code;
+}

@@ -1,0 +1,270 @@
+/* html: the diagnose report page (see html.h).
+ *
+ * The document is kept as two growing buffers of finished HTML: the summary list and the body
+ * (sections). The table of contents is collected from the section calls. An open table is
+ * closed by whatever element comes next, so callers never write closing tags.
+ */
+#include "html.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "viz.h"
+
+struct buf {
+    char *s;
+    size_t n, cap;
+};
+
+struct ps_html {
+    char *title, *subtitle;
+    struct buf summary, body, toc;
+    int table_cols; /* > 0 while a table is open */
+    bool oom;
+};
+
+static void put(struct ps_html *h, struct buf *b, const char *s, size_t n)
+{
+    if (h->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t c = b->cap ? b->cap : 4096;
+        while (c < b->n + n + 1) c *= 2;
+        char *q = realloc(b->s, c);
+        if (!q) {
+            h->oom = true;
+            return;
+        }
+        b->s = q;
+        b->cap = c;
+    }
+    memcpy(b->s + b->n, s, n);
+    b->n += n;
+    b->s[b->n] = '\0';
+}
+
+static void puts_(struct ps_html *h, struct buf *b, const char *s)
+{
+    put(h, b, s, strlen(s));
+}
+
+static void esc(struct ps_html *h, struct buf *b, const char *s)
+{
+    for (; s && *s; s++) {
+        switch (*s) {
+        case '<': puts_(h, b, "&lt;"); break;
+        case '>': puts_(h, b, "&gt;"); break;
+        case '&': puts_(h, b, "&amp;"); break;
+        case '"': puts_(h, b, "&quot;"); break;
+        default: put(h, b, s, 1); break;
+        }
+    }
+}
+
+static void close_table(struct ps_html *h)
+{
+    if (h->table_cols > 0) puts_(h, &h->body, "</tbody></table>\n");
+    h->table_cols = 0;
+}
+
+struct ps_html *ps_html_create(const char *title)
+{
+    struct ps_html *h = calloc(1, sizeof(*h));
+    if (!h) return NULL;
+    if (!(h->title = strdup(title ? title : "pipescope report"))) {
+        free(h);
+        return NULL;
+    }
+    return h;
+}
+
+void ps_html_destroy(struct ps_html *h)
+{
+    if (!h) return;
+    free(h->title);
+    free(h->subtitle);
+    free(h->summary.s);
+    free(h->body.s);
+    free(h->toc.s);
+    free(h);
+}
+
+void ps_html_subtitle(struct ps_html *h, const char *text)
+{
+    free(h->subtitle);
+    if (!(h->subtitle = strdup(text ? text : ""))) h->oom = true;
+}
+
+void ps_html_summary(struct ps_html *h, const char *line)
+{
+    puts_(h, &h->summary, "<li>");
+    esc(h, &h->summary, line);
+    puts_(h, &h->summary, "</li>\n");
+}
+
+void ps_html_section(struct ps_html *h, const char *id, const char *title)
+{
+    close_table(h);
+    puts_(h, &h->body, "<h2 id=\"");
+    esc(h, &h->body, id);
+    puts_(h, &h->body, "\">");
+    esc(h, &h->body, title);
+    puts_(h, &h->body, "</h2>\n");
+    puts_(h, &h->toc, "<li><a href=\"#");
+    esc(h, &h->toc, id);
+    puts_(h, &h->toc, "\">");
+    esc(h, &h->toc, title);
+    puts_(h, &h->toc, "</a></li>\n");
+}
+
+void ps_html_para(struct ps_html *h, const char *fmt, ...)
+{
+    close_table(h);
+    char tmp[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tmp, sizeof(tmp), fmt, ap);
+    va_end(ap);
+    puts_(h, &h->body, "<p>");
+    esc(h, &h->body, tmp);
+    puts_(h, &h->body, "</p>\n");
+}
+
+void ps_html_pre(struct ps_html *h, const char *text)
+{
+    close_table(h);
+    puts_(h, &h->body, "<pre>");
+    esc(h, &h->body, text);
+    puts_(h, &h->body, "</pre>\n");
+}
+
+void ps_html_table(struct ps_html *h, const char *caption, int n_cols, const char *const *head)
+{
+    close_table(h);
+    puts_(h, &h->body, "<table>");
+    if (caption) {
+        puts_(h, &h->body, "<caption>");
+        esc(h, &h->body, caption);
+        puts_(h, &h->body, "</caption>");
+    }
+    puts_(h, &h->body, "<thead><tr>");
+    for (int k = 0; k < n_cols; k++) {
+        puts_(h, &h->body, "<th>");
+        esc(h, &h->body, head[k]);
+        puts_(h, &h->body, "</th>");
+    }
+    puts_(h, &h->body, "</tr></thead><tbody>\n");
+    h->table_cols = n_cols;
+}
+
+static bool numeric(const char *s)
+{
+    if (!s || !*s) return false;
+    if (*s == '+' || *s == '-') s++;
+    if (!(*s >= '0' && *s <= '9')) return false;
+    return true;
+}
+
+void ps_html_row(struct ps_html *h, const char *const *cells)
+{
+    if (h->table_cols <= 0) return;
+    puts_(h, &h->body, "<tr>");
+    for (int k = 0; k < h->table_cols; k++) {
+        puts_(h, &h->body, numeric(cells[k]) ? "<td class=\"n\">" : "<td>");
+        esc(h, &h->body, cells[k] ? cells[k] : "");
+        puts_(h, &h->body, "</td>");
+    }
+    puts_(h, &h->body, "</tr>\n");
+}
+
+void ps_html_image(struct ps_html *h, const char *src, const char *alt, const char *caption)
+{
+    close_table(h);
+    puts_(h, &h->body, "<figure><a href=\"");
+    esc(h, &h->body, src);
+    puts_(h, &h->body, "\"><img src=\"");
+    esc(h, &h->body, src);
+    puts_(h, &h->body, "\" alt=\"");
+    esc(h, &h->body, alt);
+    puts_(h, &h->body, "\"></a>");
+    if (caption) {
+        puts_(h, &h->body, "<figcaption>");
+        esc(h, &h->body, caption);
+        puts_(h, &h->body, "</figcaption>");
+    }
+    puts_(h, &h->body, "</figure>\n");
+}
+
+void ps_html_svg(struct ps_html *h, const char *svg, const char *caption)
+{
+    close_table(h);
+    const char *p = strstr(svg, "<svg");
+    puts_(h, &h->body, "<figure>");
+    puts_(h, &h->body, p ? p : "");
+    if (caption) {
+        puts_(h, &h->body, "<figcaption>");
+        esc(h, &h->body, caption);
+        puts_(h, &h->body, "</figcaption>");
+    }
+    puts_(h, &h->body, "</figure>\n");
+}
+
+static const char *STYLE =
+    "body{font-family:system-ui,-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;margin:0 auto;"
+    "max-width:1200px;padding:16px 24px;color:#222;background:#fff;line-height:1.45}\n"
+    "h1{font-size:26px;margin:8px 0 4px}h2{font-size:20px;margin:28px 0 8px;padding-top:8px;"
+    "border-top:2px solid #4e79a7}\n"
+    ".sub{color:#555;margin:0 0 12px}\n"
+    ".summary{background:#f3f6fa;border-left:5px solid #4e79a7;padding:8px 16px 8px 28px;"
+    "margin:12px 0}\n.summary li{margin:4px 0}\n"
+    "nav ol{columns:3;font-size:14px}\n"
+    "table{border-collapse:collapse;margin:10px 0 16px;font-size:14px}\n"
+    "caption{text-align:left;font-weight:600;padding:4px 0}\n"
+    "th,td{border:1px solid #ccd;padding:3px 8px;text-align:left}th{background:#e8edf4}\n"
+    "td.n{text-align:right;font-variant-numeric:tabular-nums}\n"
+    "tbody tr:nth-child(even){background:#f8f9fb}\n"
+    "figure{margin:12px 0}figure img,figure svg{max-width:100%;height:auto;border:1px solid #ddd}\n"
+    "figcaption{font-size:13px;color:#555}\npre{background:#f6f6f6;padding:8px;overflow:auto;"
+    "font-size:13px}\n";
+
+int ps_html_write(const struct ps_html *h, FILE *f, struct ps_diag *diag)
+{
+    if (h->oom) return ps_diag_set(diag, -ENOMEM, "html", "out of memory building the page");
+    struct ps_html tmp = {0}; /* for escaping the title into a scratch buffer */
+    struct buf t = {0};
+    esc(&tmp, &t, h->title);
+    fprintf(f, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+               "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+               "<title>%s</title>\n<style>\n%s</style>\n</head>\n<body>\n<h1>%s</h1>\n",
+            t.s ? t.s : "", STYLE, t.s ? t.s : "");
+    free(t.s);
+    if (h->subtitle) {
+        struct buf s = {0};
+        esc(&tmp, &s, h->subtitle);
+        fprintf(f, "<p class=\"sub\">%s</p>\n", s.s ? s.s : "");
+        free(s.s);
+    }
+    if (tmp.oom) return ps_diag_set(diag, -ENOMEM, "html", "out of memory");
+    if (h->summary.n)
+        fprintf(f, "<section id=\"summary\"><h2>Main findings</h2>\n<ul class=\"summary\">\n%s"
+                   "</ul></section>\n",
+                h->summary.s);
+    if (h->toc.n) fprintf(f, "<nav><ol>\n%s</ol></nav>\n", h->toc.s);
+    if (h->body.n) fputs(h->body.s, f);
+    if (h->table_cols > 0) fputs("</tbody></table>\n", f);
+    fputs("<footer><p class=\"sub\">written by pipescope diagnose</p></footer>\n</body>\n</html>\n", f);
+    if (ferror(f)) return ps_diag_set(diag, -EIO, "html", "write error");
+    return 0;
+}
+
+static int html_cb(FILE *f, void *ctx, struct ps_diag *diag)
+{
+    return ps_html_write(ctx, f, diag);
+}
+
+int ps_html_write_file(const struct ps_html *h, const char *path, struct ps_diag *diag)
+{
+    return ps_out_write(path, html_cb, (void *)h, diag);
+}
