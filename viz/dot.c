@@ -127,7 +127,15 @@ enum gsym { G_NEWRANK, G_RANKDIR, G_LABEL, G_LABELLOC, G_STYLE, G_COLOR, G__N };
 enum nsym { N_SHAPE, N_STYLE, N_FILLCOLOR, N_COLOR, N_PERIPHERIES, N_FONTSIZE, N_TOOLTIP, N__N };
 enum esym { E_STYLE, E_COLOR, E__N };
 
+struct cedge {
+    uint32_t u, w;
+    int kind;
+    int keep;
+};
+
 struct dot {
+    struct cedge *ce; /* tasks-only view: contracted edges before the reduction */
+    uint32_t n_ce, cap_ce;
     const struct ps_graph *g;
     const struct ps_dot_opts *o;
     Agraph_t *G;
@@ -288,6 +296,63 @@ static int cmp_target(const void *a, const void *b)
     return x->v < y->v ? -1 : x->v > y->v;
 }
 
+/* Contracted edges are collected first, then transitively reduced: an edge u -> w is dropped
+ * when w is also reachable from another successor of u (torchgpipe's graph has many such
+ * shortcuts through fork/join and the recompute lane, e.g. F(0,0) -> F(2,0) via r(1,0), which
+ * would otherwise bury the picture). Skipped above PS_DOT_REDUCE_MAX kept nodes (cost). */
+#define PS_DOT_REDUCE_MAX 4000
+
+static int push_cedge(struct dot *d, uint32_t u, uint32_t w, int kind)
+{
+    if (d->n_ce == d->cap_ce) {
+        uint32_t c = d->cap_ce ? d->cap_ce * 2 : 256;
+        struct cedge *q = realloc(d->ce, (size_t)c * sizeof(*q));
+        if (!q) return -ENOMEM;
+        d->ce = q;
+        d->cap_ce = c;
+    }
+    d->ce[d->n_ce++] = (struct cedge){u, w, kind, 1};
+    return 0;
+}
+
+static int reduce_and_add(struct dot *d, uint32_t *seen, uint32_t *stack)
+{
+    uint32_t nv = d->g->n_nodes, kept = 0, ne = d->n_ce;
+    for (uint32_t v = 0; v < nv; v++) kept += d->state[v] == ST_KEEP;
+    if (kept <= PS_DOT_REDUCE_MAX && ne) {
+        /* CSR over the contracted edges (they are grouped by source already) */
+        uint32_t *off = calloc((size_t)nv + 1, sizeof(uint32_t));
+        if (!off) return -ENOMEM;
+        for (uint32_t e = 0; e < ne; e++) off[d->ce[e].u + 1]++;
+        for (uint32_t v = 0; v < nv; v++) off[v + 1] += off[v];
+        memset(seen, 0, (size_t)nv * sizeof(uint32_t));
+        uint32_t stamp = 0;
+        for (uint32_t u = 0; u < nv; u++) {
+            if (off[u] == off[u + 1]) continue;
+            /* everything reachable from u's successors in one or more further steps */
+            stamp++;
+            uint32_t sp = 0;
+            for (uint32_t e = off[u]; e < off[u + 1]; e++) stack[sp++] = d->ce[e].w;
+            while (sp) {
+                uint32_t x = stack[--sp];
+                for (uint32_t e = off[x]; e < off[x + 1]; e++) {
+                    uint32_t y = d->ce[e].w;
+                    if (seen[y] == stamp) continue;
+                    seen[y] = stamp;
+                    stack[sp++] = y;
+                }
+            }
+            for (uint32_t e = off[u]; e < off[u + 1]; e++)
+                if (seen[d->ce[e].w] == stamp) d->ce[e].keep = 0;
+        }
+        free(off);
+    }
+    int rc = 0;
+    for (uint32_t e = 0; e < ne && !rc; e++)
+        if (d->ce[e].keep) rc = add_edge(d, d->ce[e].u, d->ce[e].w, d->ce[e].kind);
+    return rc;
+}
+
 /* Tasks-only edges: for each kept node u (index order), the kept nodes reachable through
  * contracted nodes; kind = smallest k such that a path uses only allowed kinds <= k. */
 static int contracted_edges(struct dot *d)
@@ -334,13 +399,17 @@ static int contracted_edges(struct dot *d)
             }
         }
         qsort(tg, nt, sizeof(*tg), cmp_target);
-        for (uint32_t t = 0; t < nt && !rc; t++) rc = add_edge(d, u, tg[t].v, tg[t].kind);
+        for (uint32_t t = 0; t < nt && !rc; t++) rc = push_cedge(d, u, tg[t].v, tg[t].kind);
     }
+    if (!rc) rc = reduce_and_add(d, seen, queue);
 out:
     free(seen);
     free(found);
     free(queue);
     free(tg);
+    free(d->ce);
+    d->ce = NULL;
+    d->n_ce = d->cap_ce = 0;
     return rc;
 }
 
