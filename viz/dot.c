@@ -33,25 +33,86 @@
 
 /* cgraph orders subgraphs (and writes them) by object ID, and its default ID discipline uses
  * the address of the interned name as the ID: the output order then depends on the heap. This
- * discipline maps no names itself (cgraph keeps name <-> ID in its internal map) and hands out
- * IDs in creation order, so the same graph gives the same DOT bytes in every process. */
+ * discipline hands out IDs in creation order and maps names itself (a hash table freed at
+ * agclose; cgraph's own internal map would leak its subgraph entries): named objects get even IDs
+ * 2(k+1) for the k-th distinct name, anonymous ones (edges) odd IDs. Same graph, same bytes. */
+struct det_ids {
+    Agraph_t *g;
+    IDTYPE anon;     /* next odd ID */
+    char **names;    /* by k: cgraph reference strings (agstrdup), freed with the graph */
+    uint32_t n, cap;
+    uint32_t *slot;  /* open addressing: k + 1, 0 = empty */
+    uint32_t nslot;  /* power of two */
+};
+
+static uint32_t det_hash(const char *s)
+{
+    uint32_t h = 2166136261u;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 16777619u;
+    return h;
+}
+
 static void *det_open(Agraph_t *g, Agdisc_t *disc)
 {
-    (void)g;
     (void)disc;
-    IDTYPE *ctr = malloc(sizeof(*ctr));
-    if (ctr) *ctr = 1;
-    return ctr;
+    struct det_ids *st = calloc(1, sizeof(*st));
+    if (st) {
+        st->anon = 1;
+        st->g = g;
+    }
+    return st;
+}
+
+static int det_grow(struct det_ids *st)
+{
+    uint32_t ns = st->nslot ? st->nslot * 2 : 1024;
+    uint32_t *slot = calloc(ns, sizeof(uint32_t));
+    if (!slot) return -1;
+    for (uint32_t k = 0; k < st->n; k++) {
+        uint32_t h = det_hash(st->names[k]) & (ns - 1);
+        while (slot[h]) h = (h + 1) & (ns - 1);
+        slot[h] = k + 1;
+    }
+    free(st->slot);
+    st->slot = slot;
+    st->nslot = ns;
+    return 0;
 }
 
 static long det_map(void *state, int objtype, char *str, IDTYPE *id, int createflag)
 {
     (void)objtype;
-    (void)createflag;
-    if (str) return 0; /* names live in cgraph's internal map */
-    IDTYPE *ctr = state;
-    *id = *ctr;
-    *ctr += 2;
+    struct det_ids *st = state;
+    if (!str) {
+        *id = st->anon;
+        st->anon += 2;
+        return 1;
+    }
+    if (st->nslot) {
+        uint32_t h = det_hash(str) & (st->nslot - 1);
+        for (; st->slot[h]; h = (h + 1) & (st->nslot - 1))
+            if (strcmp(st->names[st->slot[h] - 1], str) == 0) {
+                *id = (IDTYPE)st->slot[h] * 2;
+                return 1;
+            }
+    }
+    if (!createflag) return 0;
+    if ((st->n + 1) * 2 > st->nslot && det_grow(st)) return 0;
+    if (st->n == st->cap) {
+        uint32_t c = st->cap ? st->cap * 2 : 256;
+        char **q = realloc(st->names, (size_t)c * sizeof(*q));
+        if (!q) return 0;
+        st->names = q;
+        st->cap = c;
+    }
+    /* a cgraph reference string: agwrite asks it whether it is an HTML label */
+    char *copy = agstrdup(st->g, str);
+    if (!copy) return 0;
+    st->names[st->n] = copy;
+    uint32_t h = det_hash(str) & (st->nslot - 1);
+    while (st->slot[h]) h = (h + 1) & (st->nslot - 1);
+    st->slot[h] = ++st->n;
+    *id = (IDTYPE)st->n * 2;
     return 1;
 }
 
@@ -60,7 +121,7 @@ static long det_alloc(void *state, int objtype, IDTYPE id)
     (void)state;
     (void)objtype;
     (void)id;
-    return 1;
+    return 0; /* no caller-chosen IDs */
 }
 
 static void det_free(void *state, int objtype, IDTYPE id)
@@ -72,15 +133,19 @@ static void det_free(void *state, int objtype, IDTYPE id)
 
 static char *det_print(void *state, int objtype, IDTYPE id)
 {
-    (void)state;
     (void)objtype;
-    (void)id;
-    return NULL;
+    struct det_ids *st = state;
+    if (id % 2 != 0 || id == 0 || id / 2 > st->n) return NULL;
+    return st->names[id / 2 - 1];
 }
 
 static void det_close(void *state)
 {
-    free(state);
+    struct det_ids *st = state;
+    if (!st) return;
+    free(st->names); /* the strings belong to the graph's string dictionary */
+    free(st->slot);
+    free(st);
 }
 
 static void det_register(void *state, int objtype, void *obj)
