@@ -249,6 +249,75 @@ static void test_conv2d(void **state)
     conv_case("conv_1x1", true);
 }
 
+/* Against a direct 7-loop convolution (double sums) over shapes that take every im2col/col2im
+ * path: "same" padding (output rows as long as input rows), stride 2 and 3, padding wider than
+ * half the kernel, a kernel wider than the input, rectangular planes and kernels. */
+static void test_conv2d_vs_direct(void **state)
+{
+    (void)state;
+    static const size_t shapes[][9] = {
+        /* n c_in h  w c_out kh kw stride pad */
+        {2, 3, 16, 16, 4, 3, 3, 1, 1}, {1, 2, 8, 8, 3, 5, 5, 1, 2}, {2, 2, 7, 9, 3, 3, 3, 2, 1},
+        {1, 2, 10, 11, 2, 3, 2, 3, 0}, {1, 1, 5, 6, 2, 2, 2, 1, 2}, {1, 2, 2, 2, 2, 3, 3, 1, 1},
+        {2, 1, 3, 9, 2, 1, 3, 1, 1},   {1, 3, 6, 4, 2, 3, 3, 2, 2},
+    };
+    for (size_t t = 0; t < sizeof(shapes) / sizeof(shapes[0]); t++) {
+        const size_t *v = shapes[t];
+        struct ps_conv2d_shape s = {.n = v[0], .c_in = v[1], .h = v[2], .w = v[3], .c_out = v[4],
+                                    .kh = v[5], .kw = v[6], .stride = v[7], .padding = v[8]};
+        size_t oh = ps_cpu_conv2d_out_h(&s), ow = ps_cpu_conv2d_out_w(&s);
+        size_t nx = s.n * s.c_in * s.h * s.w, nw = s.c_out * s.c_in * s.kh * s.kw;
+        size_t ny = s.n * s.c_out * oh * ow;
+        float *x = zeros(nx), *w = zeros(nw), *b = zeros(s.c_out), *dy = zeros(ny);
+        float *y = zeros(ny), *dx = zeros(nx), *dw = zeros(nw), *db = zeros(s.c_out);
+        float *ry = zeros(ny), *rdx = zeros(nx), *rdw = zeros(nw), *rdb = zeros(s.c_out);
+        double *ax = calloc(nx, sizeof(double)), *aw = calloc(nw, sizeof(double));
+        assert_true(ax && aw);
+        fill(x, nx, 10 + (unsigned)t);
+        fill(w, nw, 20 + (unsigned)t);
+        fill(b, s.c_out, 30 + (unsigned)t);
+        fill(dy, ny, 40 + (unsigned)t);
+        for (size_t n = 0; n < s.n; n++)
+            for (size_t co = 0; co < s.c_out; co++)
+                for (size_t i = 0; i < oh; i++)
+                    for (size_t j = 0; j < ow; j++) {
+                        size_t yi = ((n * s.c_out + co) * oh + i) * ow + j;
+                        double acc = b[co], g = dy[yi];
+                        for (size_t c = 0; c < s.c_in; c++)
+                            for (size_t p = 0; p < s.kh; p++)
+                                for (size_t q = 0; q < s.kw; q++) {
+                                    ptrdiff_t ih = (ptrdiff_t)(i * s.stride + p) - (ptrdiff_t)s.padding;
+                                    ptrdiff_t iw = (ptrdiff_t)(j * s.stride + q) - (ptrdiff_t)s.padding;
+                                    if (ih < 0 || iw < 0 || ih >= (ptrdiff_t)s.h || iw >= (ptrdiff_t)s.w)
+                                        continue;
+                                    size_t xi = ((n * s.c_in + c) * s.h + (size_t)ih) * s.w + (size_t)iw;
+                                    size_t wi = ((co * s.c_in + c) * s.kh + p) * s.kw + q;
+                                    acc += (double)x[xi] * w[wi];
+                                    ax[xi] += g * w[wi];
+                                    aw[wi] += g * x[xi];
+                                }
+                        ry[yi] = (float)acc;
+                        rdb[co] += dy[yi];
+                    }
+        for (size_t k = 0; k < nx; k++) rdx[k] = (float)ax[k];
+        for (size_t k = 0; k < nw; k++) rdw[k] = (float)aw[k];
+        struct ps_diag d;
+        ps_diag_clear(&d);
+        char what[96];
+        snprintf(what, sizeof(what), "conv %zux%zu s%zu p%zu on %zux%zu", s.kh, s.kw, s.stride,
+                 s.padding, s.h, s.w);
+        assert_int_equal(ps_cpu_conv2d_forward(&s, x, w, b, y, &d), 0);
+        check_ref(what, y, ry, ny, false, false);
+        for (size_t k = 0; k < nx; k++) dx[k] = NAN; /* dx is overwritten */
+        assert_int_equal(ps_cpu_conv2d_backward(&s, x, w, dy, dx, dw, db, &d), 0);
+        check_ref(what, dx, rdx, nx, true, false);
+        check_ref(what, dw, rdw, nw, true, false);
+        check_ref(what, db, rdb, s.c_out, true, false);
+        free(x), free(w), free(b), free(dy), free(y), free(dx), free(dw), free(db);
+        free(ry), free(rdx), free(rdw), free(rdb), free(ax), free(aw);
+    }
+}
+
 static void test_conv2d_bad_shape(void **state)
 {
     (void)state;
@@ -597,7 +666,7 @@ int main(void)
 #define T(f) cmocka_unit_test_teardown(f, teardown)
     const struct CMUnitTest tests[] = {
         T(test_sgemm),          T(test_sgemm_threads_bitwise), T(test_linear),
-        T(test_conv2d),         T(test_conv2d_bad_shape),      T(test_bn1d_momentum),
+        T(test_conv2d),         T(test_conv2d_vs_direct),      T(test_conv2d_bad_shape),      T(test_bn1d_momentum),
         T(test_bn1d_cumulative), T(test_bn2d_momentum),        T(test_bn2d_cumulative),
         T(test_bn_no_track),    T(test_bn_deferred_commit),    T(test_bn_closed_forms),
         T(test_relu),           T(test_maxpool2d),             T(test_losses),

@@ -49,48 +49,91 @@ static int check_shape(const struct ps_conv2d_shape *s, struct ps_diag *d)
     return 0;
 }
 
+/* The output columns ow in [*lo, *hi) whose input column ow*stride + j - pad lies inside [0, w);
+ * the others read the zero padding. */
+static void valid_cols(const struct ps_conv2d_shape *s, size_t j, size_t ow_n, size_t *lo,
+                       size_t *hi)
+{
+    size_t st = s->stride, pad = s->padding;
+    size_t l = pad > j ? (pad - j + st - 1) / st : 0;          /* first ow with iw >= 0 */
+    size_t h = s->w + pad > j ? (s->w + pad - j + st - 1) / st : 0; /* first ow with iw >= w */
+    if (h > ow_n) h = ow_n;
+    if (l > h) l = h;
+    *lo = l;
+    *hi = h;
+}
+
+/* The rows oh in [*lo, *hi) whose input row oh*stride + i - pad lies inside [0, h). */
+static void valid_rows(const struct ps_conv2d_shape *s, size_t i, size_t oh_n, size_t *lo,
+                       size_t *hi)
+{
+    struct ps_conv2d_shape t = *s;
+    t.w = s->h;
+    valid_cols(&t, i, oh_n, lo, hi);
+}
+
 static void im2col(const struct ps_conv2d_shape *s, const float *x, float *col, size_t oh_n,
                    size_t ow_n)
 {
-    size_t p = oh_n * ow_n;
+    size_t p = oh_n * ow_n, st = s->stride, pad = s->padding;
     for (size_t c = 0; c < s->c_in; c++)
-        for (size_t i = 0; i < s->kh; i++)
+        for (size_t i = 0; i < s->kh; i++) {
+            size_t rlo, rhi;
+            valid_rows(s, i, oh_n, &rlo, &rhi);
             for (size_t j = 0; j < s->kw; j++) {
                 float *row = col + ((c * s->kh + i) * s->kw + j) * p;
-                for (size_t oh = 0; oh < oh_n; oh++) {
-                    float *dst = row + oh * ow_n;
-                    ptrdiff_t ih = (ptrdiff_t)(oh * s->stride + i) - (ptrdiff_t)s->padding;
-                    if (ih < 0 || ih >= (ptrdiff_t)s->h) {
-                        memset(dst, 0, ow_n * sizeof(float));
-                        continue;
+                size_t lo, hi;
+                valid_cols(s, j, ow_n, &lo, &hi);
+                if (lo == hi) rlo = rhi = 0;
+                memset(row, 0, rlo * ow_n * sizeof(float));
+                memset(row + rhi * ow_n, 0, (oh_n - rhi) * ow_n * sizeof(float));
+                if (rlo == rhi) continue;
+                /* src[oh * st * w + ow * st + j - pad] is x[c, oh*st + i - pad, ow*st + j - pad]
+                 * (oh counted from rlo) */
+                const float *src = x + (c * s->h + rlo * st + i - pad) * s->w;
+                float *dst = row + rlo * ow_n;
+                if (st == 1 && ow_n == s->w) {
+                    /* Output rows are as long as input rows: the valid rows are one contiguous
+                     * copy, whose elements outside [lo, hi) in each row (read from the
+                     * neighbouring input row) are then zeroed. The copy starts at the first valid
+                     * element and ends at the last, so it reads inside x. */
+                    size_t cnt = (rhi - rlo) * ow_n;
+                    memcpy(dst + lo, src + lo + j - pad, (cnt - lo - (ow_n - hi)) * sizeof(float));
+                    for (size_t oh = 0; oh < rhi - rlo; oh++) {
+                        for (size_t ow = 0; ow < lo; ow++) dst[oh * ow_n + ow] = 0.0f;
+                        for (size_t ow = hi; ow < ow_n; ow++) dst[oh * ow_n + ow] = 0.0f;
                     }
-                    const float *src = x + (c * s->h + (size_t)ih) * s->w;
-                    for (size_t ow = 0; ow < ow_n; ow++) {
-                        ptrdiff_t iw = (ptrdiff_t)(ow * s->stride + j) - (ptrdiff_t)s->padding;
-                        dst[ow] = (iw < 0 || iw >= (ptrdiff_t)s->w) ? 0.0f : src[iw];
-                    }
+                    continue;
+                }
+                for (size_t oh = 0; oh < rhi - rlo; oh++, dst += ow_n, src += st * s->w) {
+                    for (size_t ow = 0; ow < lo; ow++) dst[ow] = 0.0f;
+                    for (size_t ow = lo; ow < hi; ow++) dst[ow] = src[ow * st + j - pad];
+                    for (size_t ow = hi; ow < ow_n; ow++) dst[ow] = 0.0f;
                 }
             }
+        }
 }
 
 /* dx (one sample) += col2im(dcol). */
 static void col2im_add(const struct ps_conv2d_shape *s, const float *col, float *dx, size_t oh_n,
                        size_t ow_n)
 {
-    size_t p = oh_n * ow_n;
+    size_t p = oh_n * ow_n, st = s->stride;
     for (size_t c = 0; c < s->c_in; c++)
         for (size_t i = 0; i < s->kh; i++)
             for (size_t j = 0; j < s->kw; j++) {
                 const float *row = col + ((c * s->kh + i) * s->kw + j) * p;
-                for (size_t oh = 0; oh < oh_n; oh++) {
-                    ptrdiff_t ih = (ptrdiff_t)(oh * s->stride + i) - (ptrdiff_t)s->padding;
+                size_t lo, hi;
+                valid_cols(s, j, ow_n, &lo, &hi);
+                for (size_t oh = 0; oh < oh_n && lo < hi; oh++) {
+                    ptrdiff_t ih = (ptrdiff_t)(oh * st + i) - (ptrdiff_t)s->padding;
                     if (ih < 0 || ih >= (ptrdiff_t)s->h) continue;
-                    float *dst = dx + (c * s->h + (size_t)ih) * s->w;
+                    float *dst = dx + (c * s->h + (size_t)ih) * s->w + lo * st + j - s->padding;
                     const float *src = row + oh * ow_n;
-                    for (size_t ow = 0; ow < ow_n; ow++) {
-                        ptrdiff_t iw = (ptrdiff_t)(ow * s->stride + j) - (ptrdiff_t)s->padding;
-                        if (iw >= 0 && iw < (ptrdiff_t)s->w) dst[iw] += src[ow];
-                    }
+                    if (st == 1)
+                        for (size_t ow = lo; ow < hi; ow++) dst[ow - lo] += src[ow];
+                    else
+                        for (size_t ow = lo; ow < hi; ow++) dst[(ow - lo) * st] += src[ow];
                 }
             }
 }
