@@ -32,6 +32,7 @@
  */
 #include "exec.h"
 #include "exec_cuda.h"
+#include "memlimit.h"
 
 #include <errno.h>
 #include <math.h>
@@ -563,6 +564,34 @@ void ps_exec_result_finish(struct ps_exec_result *res)
     memset(res, 0, sizeof(*res));
 }
 
+double ps_exec_estimate_bytes(const struct ps_spec *spec, const struct ps_model *model,
+                              int steps)
+{
+    double batch = (double)spec->batch, bytes = 0, bn_channels = 0;
+    /* weights, gradients and buffers (state.c) */
+    bytes += 8.0 * (double)model->total_params;
+    for (int l = 0; l < model->n_layers; l++) {
+        const struct ps_layer_info *li = &model->layers[l];
+        bytes += 8.0 * (double)li->buffers;
+        /* activation and gradient of every layer output, per sample; pool indices, masks */
+        bytes += batch * 8.0 * (double)li->out_numel;
+        if (spec->layers[l].op == PS_OP_MAXPOOL2D) bytes += batch * 4.0 * (double)li->out_numel;
+        if (spec->layers[l].op == PS_OP_DROPOUT) bytes += batch * (double)li->out_numel;
+        if (spec->layers[l].op == PS_OP_BATCHNORM) bn_channels += (double)li->channels;
+    }
+    /* the mini-batch and its targets */
+    double in = model->n_layers ? (double)model->layers[0].in_numel : 0;
+    bytes += batch * (4.0 * in + 8.0 + 4.0 * (double)model->out_numel);
+    /* the BN update log: every step, up to three updates per micro-batch and layer */
+    bytes += (double)steps * 3.0 * (double)spec->mb_count *
+             (bn_channels * 8.0 + (double)sizeof(struct ps_exec_bn_update));
+    bytes += (double)steps * 16.0;
+    /* synthetic data: steps x batch samples */
+    if (spec->data_source == PS_DATA_SYNTHETIC)
+        bytes += (double)steps * batch * (4.0 * in + 8.0 + 4.0 * (double)model->out_numel);
+    return bytes;
+}
+
 int ps_exec_run(const struct ps_graph *g, const struct ps_order *order,
                 const struct ps_exec_opts *o, struct ps_exec_result *res, struct ps_diag *d)
 {
@@ -573,6 +602,16 @@ int ps_exec_run(const struct ps_graph *g, const struct ps_order *order,
         o = &defo;
     }
     if (!ps_exec_backend_available(o->backend, d)) return -ENOTSUP;
+    if (g->spec && g->model) {
+        const struct ps_spec *sp = g->spec;
+        char what[160];
+        int st = o->steps > 0 ? o->steps : sp->steps;
+        snprintf(what, sizeof(what), "running batch %lld for %d step%s", (long long)sp->batch, st,
+                 st == 1 ? "" : "s");
+        int rc = ps_memlimit_check(ps_exec_estimate_bytes(sp, g->model, st), sp->path, what,
+                                   "use a smaller batch, model or fewer steps", d);
+        if (rc) return rc;
+    }
     if (o->backend == PS_BACKEND_CUDA) {
         struct ps_exec_cuda_opts co = {.virtual_devices = o->virtual_devices};
         return ps_cuda_backend_run(g, order, o, &co, res, NULL, d);

@@ -10,6 +10,7 @@
 #include "data.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 
 #include <zlib.h>
 
+#include "memlimit.h"
 #include "npy.h"
 
 /* ---- synthetic ------------------------------------------------------------------------- */
@@ -47,6 +49,12 @@ enum { STREAM_INPUT = 1, STREAM_LABEL = 2, STREAM_ROW = 3 };
 static int gen_synthetic(struct ps_data *dt, const struct ps_spec *spec, int64_t samples,
                          struct ps_diag *d)
 {
+    char what[96];
+    snprintf(what, sizeof(what), "synthetic data of %lld samples", (long long)samples);
+    int rc = ps_memlimit_check((double)samples * (4.0 * (double)dt->in_numel + 8.0 +
+                                                  4.0 * (double)dt->out_numel),
+                               spec->path, what, "use a smaller batch or fewer steps", d);
+    if (rc) return rc;
     dt->n_samples = samples;
     dt->x = malloc((size_t)(samples * dt->in_numel) * sizeof(float));
     if (!dt->x) return ps_diag_set(d, -ENOMEM, spec->path, "out of memory for synthetic data");
@@ -188,7 +196,10 @@ static int load_npy(struct ps_data *dt, const struct ps_spec *spec, const struct
 
 /* ---- csv --------------------------------------------------------------------------------- */
 
-/* Reads one line (any length) into *buf; returns its length, 0 at EOF, -1 on error. */
+/* Reads one line (any length) into *buf; returns its length, 0 at EOF, -1 on error, -2 for a
+ * line with a NUL byte (gzgets would hide it: the rest of the line would be lost silently). To
+ * find the end of what gzgets wrote, the space it may fill is set to 0x01 first: the terminating
+ * NUL is the last byte there that is not 0x01. */
 static long read_line(gzFile f, char **buf, size_t *cap)
 {
     size_t len = 0;
@@ -200,13 +211,19 @@ static long read_line(gzFile f, char **buf, size_t *cap)
             *buf = nb;
             *cap = nc;
         }
-        if (!gzgets(f, *buf + len, (int)(*cap - len))) {
+        size_t room = *cap - len < 1024 ? *cap - len : 1024; /* what one gzgets may fill */
+        memset(*buf + len, 1, room);
+        if (!gzgets(f, *buf + len, (int)room)) {
             int err;
             gzerror(f, &err);
             if (err != Z_OK && err != Z_STREAM_END) return -1;
+            (*buf)[len] = '\0';
             return (long)len;
         }
-        len += strlen(*buf + len);
+        size_t got = strlen(*buf + len), end = len + room - 1;
+        while (end > len && (*buf)[end] == 1) end--;
+        if (len + got != end) return -2;
+        len += got;
         if (len && (*buf)[len - 1] == '\n') return (long)len;
     }
 }
@@ -264,6 +281,11 @@ static int load_csv(struct ps_data *dt, const struct ps_spec *spec, struct ps_di
     if (!fields) rc = ps_diag_set(d, -ENOMEM, path, "out of memory");
     while (rc == 0) {
         long len = read_line(f, &line, &cap);
+        if (len == -2) {
+            snprintf(where, sizeof(where), "%s:%ld", path, lineno + 1);
+            rc = ps_diag_set(d, -EINVAL, where, "a NUL byte in the line (not a text file?)");
+            break;
+        }
         if (len < 0) {
             rc = ps_diag_set(d, -EIO, path, "read error (corrupt gzip stream?)");
             break;
@@ -288,6 +310,12 @@ static int load_csv(struct ps_data *dt, const struct ps_spec *spec, struct ps_di
         }
         if ((size_t)S == cap_rows) {
             size_t nc = cap_rows ? cap_rows * 2 : 256;
+            char what[96];
+            snprintf(what, sizeof(what), "%lld rows of %lld features", (long long)nc,
+                     (long long)dt->in_numel);
+            if ((rc = ps_memlimit_check((double)nc * (4.0 * (double)dt->in_numel + 8.0), path,
+                                        what, "use a smaller file", d)))
+                break;
             float *nx = realloc(dt->x, nc * (size_t)dt->in_numel * sizeof(float));
             if (nx) dt->x = nx;
             void *nt = NULL;
@@ -322,6 +350,11 @@ static int load_csv(struct ps_data *dt, const struct ps_spec *spec, struct ps_di
             if (!isfinite(v)) {
                 rc = ps_diag_set(d, -EINVAL, where, "column %d is %s", k + 1,
                                  isnan(v) ? "NaN" : "infinite");
+                break;
+            }
+            if ((k != tc || dt->target == PS_TARGET_ROWS) && fabs(v) > FLT_MAX) {
+                rc = ps_diag_set(d, -EINVAL, where, "column %d: %g is out of float32 range", k + 1,
+                                 v);
                 break;
             }
             if (k != tc) {

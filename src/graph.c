@@ -19,6 +19,7 @@
 #include "graph.h"
 #include "engine.h"
 #include "schedule.h"
+#include "memlimit.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -227,6 +228,15 @@ static void set_costs(struct builder *b, uint32_t v, int i, int j)
     nd->bytes = p->fwd_bytes * bs + p->fwd_param_bytes; /* weights read once per micro-batch */
 }
 
+double ps_graph_estimate_bytes(int m, int n, enum ps_checkpoint c)
+{
+    uint64_t nodes, edges;
+    ps_graph_estimate(m, n, c, &nodes, &edges);
+    /* the arrays, CSR and lookups, plus the per-node arrays of order, analysis and simulation */
+    return (double)nodes * (double)(sizeof(struct ps_node) + 128) +
+           (double)(edges + nodes) * (double)(sizeof(struct ps_edge) + 8);
+}
+
 int ps_graph_build(const struct ps_spec *spec, const struct ps_model *model,
                    const struct ps_graph_opts *opts, struct ps_graph **out, struct ps_diag *diag)
 {
@@ -239,6 +249,12 @@ int ps_graph_build(const struct ps_spec *spec, const struct ps_model *model,
                            "%d micro-batches x %d partitions would need %.3g graph nodes; the "
                            "limit is %u",
                            m, n, (double)est_nodes, PS_GRAPH_MAX_NODES);
+    char what[160];
+    snprintf(what, sizeof(what), "the graph of %d micro-batches x %d partitions (%.3g nodes)", m,
+             n, (double)est_nodes);
+    int mrc = ps_memlimit_check(ps_graph_estimate_bytes(m, n, opts->checkpoint), spec->path,
+                                what, "use fewer chunks or partitions", diag);
+    if (mrc) return mrc;
     if (opts->schedule != PS_SCHED_GPIPE) {
         return ps_schedule_build(spec, model, opts, out, diag);
     }

@@ -157,6 +157,9 @@ int ps_graph_validate(const struct ps_graph *g, struct ps_diag *diag);
 /* Upper bound of nodes and edges for a spec before building (for the size limit). */
 void ps_graph_estimate(int m, int n, enum ps_checkpoint c, uint64_t *nodes, uint64_t *edges);
 #define PS_GRAPH_MAX_NODES (50u * 1000u * 1000u)
+/* Bytes the graph and the per-node arrays of its order, analysis and simulation take, at most
+ * (ps_graph_build checks it against memlimit.h before allocating). */
+double ps_graph_estimate_bytes(int m, int n, enum ps_checkpoint c);
 
 /* Task name as in FORMATS.md: F(2,1), B(2,1), R(2,1), C(2,0->1), W(2,1), Wo(2,1), fork(2,1),
  * join(2,1), rfork(2,1), rjoin(2,1), r(2,1), loss, loss', opt(1), Wg(2,1); backward twins of
