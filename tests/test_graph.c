@@ -112,6 +112,37 @@ static void test_counts_m2n2(void **state)
     unload(&f);
 }
 
+/* More combinations, each worked out by hand (forward part; backward twins double it, plus the
+ * loss -> loss' edge):
+ * m=1, n=1, never: F, loss = 2 forward nodes (4 in all); data edges: loss <- F = 1, so 1+1+1 = 3.
+ * m=3, n=1, always (stop 3): F 3, fork/join 2 each (tasks (1,0) and (2,0)), rfork/r/rjoin 3 each,
+ *   loss = 17 (34). Data: fork(0,0) <- rjoin(0,0), fork(1,0) <- rjoin(1,0) (2); F(1,0) <- join,
+ *   F(2,0) <- join (2); rfork <- F (3); r(1,0), r(2,0) <- their joined input (2); rjoin <- rfork
+ *   (3); loss <- fork(0,0), fork(1,0), rjoin(2,0) (3) = 15 -> 31. Phony: join 2, r 3, rjoin 3 = 8
+ *   -> 16.
+ * m=2, n=3, never: F 6, C/W/Wo 2x2 each (12), fork/join 3 each (6), loss = 25 (50). Data: micro-
+ *   batch 0: Wo, fork, C, W, F, Wo, fork, C, W, F, fork = 11; micro-batch 1: F(1,0) <- join, Wo,
+ *   join(1,1), C, W, F, Wo, join(1,2), C, W, F = 11; loss 2: 24 -> 49. Phony: the 3 joins -> 6. */
+static void test_counts_more(void **state)
+{
+    (void)state;
+    struct {
+        int m, n;
+        const char *ckpt;
+        uint32_t nodes, data, phony;
+    } c[] = {{1, 1, "never", 4, 3, 0}, {3, 1, "always", 34, 31, 16}, {2, 3, "never", 50, 49, 6}};
+    for (size_t k = 0; k < sizeof(c) / sizeof(c[0]); k++) {
+        struct fix f;
+        char dev[256];
+        cpu_devices(c[k].n, dev);
+        load(&f, c[k].m, c[k].n, c[k].ckpt, true, "torchgpipe", dev);
+        assert_int_equal(f.g->n_nodes, c[k].nodes);
+        assert_int_equal(count_edges(f.g, PS_EDGE_DATA), c[k].data);
+        assert_int_equal(count_edges(f.g, PS_EDGE_PHONY), c[k].phony);
+        unload(&f);
+    }
+}
+
 /* Sequence numbers (main M, worker W): tick 0: F(0,0)=W0, Wo(0,0)=M0, rfork M1, r M2, rjoin M3;
  * tick 1: fork(0,0) M4, join(1,0) M5, C(0,0->1) M6, W(0,1) M7, F(1,0)=W1..W3, F(0,1)=W4,
  * Wo(1,0) M8, rfork(0,1) M9, r(0,1) M10, rjoin(0,1) M11; tick 2: fork(0,1) M12, join(1,1) M13,
@@ -252,6 +283,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_counts_m2n2),
+        cmocka_unit_test(test_counts_more),
         cmocka_unit_test(test_engine_order_m2n2),
         cmocka_unit_test(test_analysis_ok_and_nophony),
         cmocka_unit_test(test_race_detected),
