@@ -18,10 +18,12 @@
  *  4. Problems under PAR_MIN_WORK multiply-adds stay on the calling thread (a thread spawn costs
  *     tens of microseconds); larger ones use up to ps_cpu_threads() pthreads.
  *
- * The micro-kernel is written as fixed-trip loops over a local MR x NR array, which gcc -O2
- * vectorises. On x86-64 with GCC the macro-kernel is also cloned for Haswell (AVX2 + FMA) and
- * picked at load time (target_clones), so one binary runs everywhere and uses the wide units when
- * present. FMA changes rounding in the last bit compared with the baseline clone.
+ * The micro-kernel holds one row of the tile per 8-float vector (GCC vector extension), and full
+ * panels are packed by fixed-length copies, so the code is vector code at -O2 as at -O3 (gcc
+ * -O2 left the earlier scalar-array form scalar). On x86-64 with GCC the macro-kernel is also
+ * compiled for AVX2 + FMA and picked at run time (__builtin_cpu_supports), so one binary runs
+ * everywhere and uses the wide units when present. FMA changes rounding in the last bit compared
+ * with the baseline version.
  */
 #include "cpu/kernels.h"
 
@@ -77,24 +79,34 @@ struct gemm_args {
     float *pa, *pb; /* packing buffers: MC*KC and KC*round_up(min(n, NC), NR) floats */
 };
 
+/* Packs kc rows of a panel of `width` (<= W) columns into dst[p*W + j], zero-padded to W columns:
+ * element (p, j) is src[p*ps + j*js]. A full panel with contiguous columns (js == 1) is a
+ * fixed-length copy per row, which gcc turns into vector moves. */
+static inline void pack_panel(const float *restrict src, size_t ps, size_t js, size_t kc,
+                              size_t width, float *restrict dst, size_t W)
+{
+    if (width == W && js == 1) {
+        for (size_t p = 0; p < kc; p++)
+            for (size_t j = 0; j < W; j++) dst[p * W + j] = src[p * ps + j];
+        return;
+    }
+    for (size_t p = 0; p < kc; p++) {
+        size_t j = 0;
+        for (; j < width; j++) dst[p * W + j] = src[p * ps + j * js];
+        for (; j < W; j++) dst[p * W + j] = 0.0f;
+    }
+}
+
 /* op(A)(i, p) packed as panels of MR rows: panel r holds pa[r*MR*kc + p*MR + i]. */
 static void pack_a(const struct gemm_args *g, size_t i0, size_t mc, size_t p0, size_t kc,
                    float *restrict pa)
 {
     for (size_t r = 0; r < mc; r += MR) {
         size_t mr = mc - r < MR ? mc - r : MR;
-        float *dst = pa + r * kc;
-        for (size_t p = 0; p < kc; p++) {
-            size_t i = 0;
-            if (g->ta) {
-                const float *src = g->a + (p0 + p) * g->lda + i0 + r;
-                for (; i < mr; i++) dst[p * MR + i] = src[i];
-            } else {
-                const float *src = g->a + (i0 + r) * g->lda + p0 + p;
-                for (; i < mr; i++) dst[p * MR + i] = src[i * g->lda];
-            }
-            for (; i < MR; i++) dst[p * MR + i] = 0.0f;
-        }
+        if (g->ta)
+            pack_panel(g->a + p0 * g->lda + i0 + r, g->lda, 1, kc, mr, pa + r * kc, MR);
+        else
+            pack_panel(g->a + (i0 + r) * g->lda + p0, 1, g->lda, kc, mr, pa + r * kc, MR);
     }
 }
 
@@ -104,18 +116,10 @@ static void pack_b(const struct gemm_args *g, size_t j0, size_t nc, size_t p0, s
 {
     for (size_t s = 0; s < nc; s += NR) {
         size_t nr = nc - s < NR ? nc - s : NR;
-        float *dst = pb + s * kc;
-        for (size_t p = 0; p < kc; p++) {
-            size_t j = 0;
-            if (g->tb) {
-                const float *src = g->b + (j0 + s) * g->ldb + p0 + p;
-                for (; j < nr; j++) dst[p * NR + j] = src[j * g->ldb];
-            } else {
-                const float *src = g->b + (p0 + p) * g->ldb + j0 + s;
-                for (; j < nr; j++) dst[p * NR + j] = src[j];
-            }
-            for (; j < NR; j++) dst[p * NR + j] = 0.0f;
-        }
+        if (g->tb)
+            pack_panel(g->b + (j0 + s) * g->ldb + p0, 1, g->ldb, kc, nr, pb + s * kc, NR);
+        else
+            pack_panel(g->b + p0 * g->ldb + j0 + s, g->ldb, 1, kc, nr, pb + s * kc, NR);
     }
 }
 
