@@ -263,8 +263,15 @@ static void test_conv2d_vs_direct(void **state)
     };
     for (size_t t = 0; t < sizeof(shapes) / sizeof(shapes[0]); t++) {
         const size_t *v = shapes[t];
-        struct ps_conv2d_shape s = {.n = v[0], .c_in = v[1], .h = v[2], .w = v[3], .c_out = v[4],
-                                    .kh = v[5], .kw = v[6], .stride = v[7], .padding = v[8]};
+        struct ps_conv2d_shape s = {.n = v[0],
+                                    .c_in = v[1],
+                                    .h = v[2],
+                                    .w = v[3],
+                                    .c_out = v[4],
+                                    .kh = v[5],
+                                    .kw = v[6],
+                                    .stride = v[7],
+                                    .padding = v[8]};
         size_t oh = ps_cpu_conv2d_out_h(&s), ow = ps_cpu_conv2d_out_w(&s);
         size_t nx = s.n * s.c_in * s.h * s.w, nw = s.c_out * s.c_in * s.kh * s.kw;
         size_t ny = s.n * s.c_out * oh * ow;
@@ -286,11 +293,15 @@ static void test_conv2d_vs_direct(void **state)
                         for (size_t c = 0; c < s.c_in; c++)
                             for (size_t p = 0; p < s.kh; p++)
                                 for (size_t q = 0; q < s.kw; q++) {
-                                    ptrdiff_t ih = (ptrdiff_t)(i * s.stride + p) - (ptrdiff_t)s.padding;
-                                    ptrdiff_t iw = (ptrdiff_t)(j * s.stride + q) - (ptrdiff_t)s.padding;
-                                    if (ih < 0 || iw < 0 || ih >= (ptrdiff_t)s.h || iw >= (ptrdiff_t)s.w)
+                                    ptrdiff_t ih =
+                                        (ptrdiff_t)(i * s.stride + p) - (ptrdiff_t)s.padding;
+                                    ptrdiff_t iw =
+                                        (ptrdiff_t)(j * s.stride + q) - (ptrdiff_t)s.padding;
+                                    if (ih < 0 || iw < 0 || ih >= (ptrdiff_t)s.h ||
+                                        iw >= (ptrdiff_t)s.w)
                                         continue;
-                                    size_t xi = ((n * s.c_in + c) * s.h + (size_t)ih) * s.w + (size_t)iw;
+                                    size_t xi =
+                                        ((n * s.c_in + c) * s.h + (size_t)ih) * s.w + (size_t)iw;
                                     size_t wi = ((co * s.c_in + c) * s.kh + p) * s.kw + q;
                                     acc += (double)x[xi] * w[wi];
                                     ax[xi] += g * w[wi];
@@ -299,8 +310,10 @@ static void test_conv2d_vs_direct(void **state)
                         ry[yi] = (float)acc;
                         rdb[co] += dy[yi];
                     }
-        for (size_t k = 0; k < nx; k++) rdx[k] = (float)ax[k];
-        for (size_t k = 0; k < nw; k++) rdw[k] = (float)aw[k];
+        for (size_t k = 0; k < nx; k++)
+            rdx[k] = (float)ax[k];
+        for (size_t k = 0; k < nw; k++)
+            rdw[k] = (float)aw[k];
         struct ps_diag d;
         ps_diag_clear(&d);
         char what[96];
@@ -308,7 +321,8 @@ static void test_conv2d_vs_direct(void **state)
                  s.padding, s.h, s.w);
         assert_int_equal(ps_cpu_conv2d_forward(&s, x, w, b, y, &d), 0);
         check_ref(what, y, ry, ny, false, false);
-        for (size_t k = 0; k < nx; k++) dx[k] = NAN; /* dx is overwritten */
+        for (size_t k = 0; k < nx; k++)
+            dx[k] = NAN; /* dx is overwritten */
         assert_int_equal(ps_cpu_conv2d_backward(&s, x, w, dy, dx, dw, db, &d), 0);
         check_ref(what, dx, rdx, nx, true, false);
         check_ref(what, dw, rdw, nw, true, false);
@@ -561,6 +575,35 @@ static void test_maxpool2d(void **state)
     pool_case("pool_k3s2p1");
 }
 
+/* Invariant 2 of pool.c, on the 2x2 fast path and the general one (3x3, stride 3): ties keep the
+ * first in scan order, a NaN wins and stays, a window of -inf reports its first element. */
+static void test_maxpool2d_ties_nan(void **state)
+{
+    (void)state;
+    for (size_t k = 2; k <= 3; k++) {
+        size_t w = 2 * k;
+        float x[36];
+        for (size_t i = 0; i < k * w; i++) x[i] = 1.0f;
+        /* window 0: all equal (tie) -> index 0; window 1: NaN second, then a larger number */
+        x[k + 1] = NAN;
+        x[w + k] = 5.0f;
+        struct ps_pool2d_shape s = {1, 1, k, w, k, k, 0};
+        float y[2];
+        int32_t idx[2];
+        assert_int_equal(ps_cpu_maxpool2d_forward(&s, x, y, idx, NULL), 0);
+        assert_true(y[0] == 1.0f);
+        assert_int_equal(idx[0], 0);
+        assert_true(isnan(y[1]));
+        assert_int_equal(idx[1], (int32_t)(k + 1));
+        for (size_t i = 0; i < k * w; i++) x[i] = -INFINITY;
+        x[1] = 2.0f;
+        assert_int_equal(ps_cpu_maxpool2d_forward(&s, x, y, idx, NULL), 0);
+        assert_int_equal(idx[0], 1);
+        assert_true(y[1] == -INFINITY);
+        assert_int_equal(idx[1], (int32_t)k);
+    }
+}
+
 static void test_losses(void **state)
 {
     (void)state;
@@ -665,12 +708,13 @@ int main(void)
 {
 #define T(f) cmocka_unit_test_teardown(f, teardown)
     const struct CMUnitTest tests[] = {
-        T(test_sgemm),          T(test_sgemm_threads_bitwise), T(test_linear),
-        T(test_conv2d),         T(test_conv2d_vs_direct),      T(test_conv2d_bad_shape),      T(test_bn1d_momentum),
-        T(test_bn1d_cumulative), T(test_bn2d_momentum),        T(test_bn2d_cumulative),
-        T(test_bn_no_track),    T(test_bn_deferred_commit),    T(test_bn_closed_forms),
-        T(test_relu),           T(test_maxpool2d),             T(test_losses),
-        T(test_sgd),            T(test_dropout),               T(test_report),
+        T(test_sgemm),           T(test_sgemm_threads_bitwise), T(test_linear),
+        T(test_conv2d),          T(test_conv2d_vs_direct),      T(test_conv2d_bad_shape),
+        T(test_bn1d_momentum),   T(test_bn1d_cumulative),       T(test_bn2d_momentum),
+        T(test_bn2d_cumulative), T(test_bn_no_track),           T(test_bn_deferred_commit),
+        T(test_bn_closed_forms), T(test_relu),                  T(test_maxpool2d),
+        T(test_maxpool2d_ties_nan), T(test_losses),             T(test_sgd),
+        T(test_dropout),         T(test_report),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

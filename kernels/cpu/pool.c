@@ -33,6 +33,35 @@ size_t ps_cpu_maxpool2d_out_w(const struct ps_pool2d_shape *s)
     return out_dim(s->w, s->kernel, s->stride, s->padding);
 }
 
+/* One step of the scan (invariant 2): v at flat index k replaces the best so far if it is
+ * greater, or a NaN replacing a number. Written as selects, not branches: which element of a
+ * window wins is data and mispredicts half the time. */
+static inline void consider(float v, uint32_t k, float *best, uint32_t *bi)
+{
+    int take = (v > *best) | ((v != v) & (*best == *best));
+    *best = take ? v : *best;
+    *bi = take ? k : *bi;
+}
+
+/* The common 2x2, stride 2, no padding pool of one plane. */
+static void pool2x2(const float *xp, size_t w, size_t oh_n, size_t ow_n, float *yp, int32_t *ip)
+{
+    for (size_t oh = 0; oh < oh_n; oh++) {
+        const float *r0 = xp + 2 * oh * w, *r1 = r0 + w;
+        uint32_t k0 = (uint32_t)(2 * oh * w), k1 = k0 + (uint32_t)w;
+        for (size_t ow = 0; ow < ow_n; ow++) {
+            uint32_t c = (uint32_t)(2 * ow);
+            float best = r0[c];
+            uint32_t bi = k0 + c;
+            consider(r0[c + 1], k0 + c + 1, &best, &bi);
+            consider(r1[c], k1 + c, &best, &bi);
+            consider(r1[c + 1], k1 + c + 1, &best, &bi);
+            yp[oh * ow_n + ow] = best;
+            if (ip) ip[oh * ow_n + ow] = (int32_t)bi;
+        }
+    }
+}
+
 int ps_cpu_maxpool2d_forward(const struct ps_pool2d_shape *s, const float *x, float *y,
                              int32_t *idx, struct ps_diag *d)
 {
@@ -53,6 +82,10 @@ int ps_cpu_maxpool2d_forward(const struct ps_pool2d_shape *s, const float *x, fl
         const float *xp = x + pl * s->h * s->w;
         float *yp = y + pl * oh_n * ow_n;
         int32_t *ip = idx ? idx + pl * oh_n * ow_n : NULL;
+        if (s->kernel == 2 && s->stride == 2 && s->padding == 0) {
+            pool2x2(xp, s->w, oh_n, ow_n, yp, ip);
+            continue;
+        }
         for (size_t oh = 0; oh < oh_n; oh++) {
             ptrdiff_t h0 = (ptrdiff_t)(oh * s->stride) - (ptrdiff_t)s->padding;
             ptrdiff_t h1 = h0 + (ptrdiff_t)s->kernel;
@@ -64,15 +97,11 @@ int ps_cpu_maxpool2d_forward(const struct ps_pool2d_shape *s, const float *x, fl
                 if (w0 < 0) w0 = 0;
                 if (w1 > (ptrdiff_t)s->w) w1 = (ptrdiff_t)s->w;
                 float best = -INFINITY;
-                size_t bi = (size_t)h0 * s->w + (size_t)w0;
+                uint32_t bi = (uint32_t)((size_t)h0 * s->w + (size_t)w0);
                 for (ptrdiff_t ih = h0; ih < h1; ih++)
                     for (ptrdiff_t iw = w0; iw < w1; iw++) {
                         size_t k = (size_t)ih * s->w + (size_t)iw;
-                        float v = xp[k];
-                        if (v > best || (isnan(v) && !isnan(best))) {
-                            best = v;
-                            bi = k;
-                        }
+                        consider(xp[k], (uint32_t)k, &best, &bi);
                     }
                 yp[oh * ow_n + ow] = best;
                 if (ip) ip[oh * ow_n + ow] = (int32_t)bi;
