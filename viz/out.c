@@ -11,6 +11,14 @@
  * happens only when every write, the flush and the close succeeded). O2. After commit or abort
  * no temporary file remains and the struct is zeroed. O3. "-" (or NULL) means stdout, which is
  * flushed but never closed; an abort there cannot take back what was written.
+ *
+ * A command writes several files (--trace, --json, --svg, -o DIR/...). Between
+ * ps_out_defer_begin() and ps_out_defer_end(), commits stop before the rename: the complete
+ * temporary files wait, and ps_out_defer_end(true) renames them all (in commit order), while
+ * ps_out_defer_end(false) removes them. The CLI wraps every command in it, so a command that
+ * fails after writing one output leaves every earlier file as it was (O4: no output of a failed
+ * command replaces an old file); a folder it created for them (ps_out_mkdir) goes away again.
+ * Single-threaded: one deferral at a time.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -20,6 +28,75 @@
 #include <unistd.h>
 
 #include "viz.h"
+
+static struct {
+    bool on;
+    int n, cap;
+    char **tmp, **path;
+    int n_dirs;
+    char *dirs[8]; /* folders ps_out_mkdir created, removed again (when empty) on abort */
+} defer;
+
+int ps_out_mkdir(const char *dir, struct ps_diag *diag)
+{
+    if (mkdir(dir, 0755) == 0) {
+        if (defer.on && defer.n_dirs < 8) {
+            char *c = strdup(dir);
+            if (c) defer.dirs[defer.n_dirs++] = c;
+        }
+        return 0;
+    }
+    int e = errno;
+    struct stat st;
+    if (e == EEXIST && stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) return 0;
+    return ps_diag_set(diag, -e, dir, "cannot create the folder: %s", strerror(e));
+}
+
+void ps_out_defer_begin(void)
+{
+    defer.on = true;
+}
+
+int ps_out_defer_end(bool commit, struct ps_diag *diag)
+{
+    int rc = 0;
+    for (int k = 0; k < defer.n; k++) {
+        if (commit && rc == 0 && rename(defer.tmp[k], defer.path[k]) != 0) {
+            int e = errno;
+            rc = ps_diag_set(diag, -e, defer.path[k], "cannot write the file: %s", strerror(e));
+        }
+        if (!commit || rc) unlink(defer.tmp[k]);
+        free(defer.tmp[k]);
+        free(defer.path[k]);
+    }
+    for (int k = defer.n_dirs - 1; k >= 0; k--) {
+        if (!commit || rc) rmdir(defer.dirs[k]);
+        free(defer.dirs[k]);
+    }
+    free(defer.tmp);
+    free(defer.path);
+    memset(&defer, 0, sizeof(defer));
+    return rc;
+}
+
+/* Takes over o->tmp and o->path; 0 or -ENOMEM. */
+static int defer_add(struct ps_out *o)
+{
+    if (defer.n == defer.cap) {
+        int nc = defer.cap ? defer.cap * 2 : 8;
+        char **t = realloc(defer.tmp, (size_t)nc * sizeof(char *));
+        if (!t) return -ENOMEM;
+        defer.tmp = t;
+        char **p = realloc(defer.path, (size_t)nc * sizeof(char *));
+        if (!p) return -ENOMEM;
+        defer.path = p;
+        defer.cap = nc;
+    }
+    defer.tmp[defer.n] = o->tmp;
+    defer.path[defer.n] = o->path;
+    defer.n++;
+    return 0;
+}
 
 int ps_out_open(struct ps_out *o, const char *path, struct ps_diag *diag)
 {
@@ -79,6 +156,13 @@ int ps_out_commit(struct ps_out *o, struct ps_diag *diag)
     if (!e && o->sync && fsync(fileno(o->f)) != 0) e = errno;
     if (fclose(o->f) != 0 && !e) e = errno ? errno : EIO;
     o->f = NULL;
+    if (!e && defer.on) {
+        if (defer_add(o) == 0) {
+            memset(o, 0, sizeof(*o)); /* renamed by ps_out_defer_end */
+            return 0;
+        }
+        e = ENOMEM;
+    }
     if (!e && rename(o->tmp, o->path) != 0) e = errno;
     if (e) {
         unlink(o->tmp);

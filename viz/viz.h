@@ -50,6 +50,14 @@ struct ps_out {
 int ps_out_open(struct ps_out *o, const char *path, struct ps_diag *diag);
 int ps_out_commit(struct ps_out *o, struct ps_diag *diag);
 void ps_out_abort(struct ps_out *o); /* accepts a zeroed struct */
+/* Deferred commits (out.c, O4): after ps_out_defer_begin, ps_out_commit leaves the complete
+ * temporary file in place; ps_out_defer_end(true) renames every one of them over its PATH,
+ * ps_out_defer_end(false) removes them. Returns 0 or -errno of a failed rename (diag). */
+void ps_out_defer_begin(void);
+int ps_out_defer_end(bool commit, struct ps_diag *diag);
+/* Creates an output folder (an existing one is fine); while deferring, one it created is
+ * removed again by ps_out_defer_end(false) if empty. Returns 0 or -errno with diag. */
+int ps_out_mkdir(const char *dir, struct ps_diag *diag);
 /* open, write(f, ctx, diag), commit; abort when write returns < 0. Returns 0 or -errno. */
 int ps_out_write(const char *path, int (*write)(FILE *f, void *ctx, struct ps_diag *diag),
                  void *ctx, struct ps_diag *diag);

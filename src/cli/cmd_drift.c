@@ -131,9 +131,7 @@ static int write_outputs(const struct ps_cli *cli, const struct ps_drift *dr,
     int rc = 0;
     if (cli->json) rc = ps_report_write(root, cli->json, d);
     if (!rc && cli->outdir) {
-        if (mkdir(cli->outdir, 0755) && errno != EEXIST)
-            rc = ps_diag_set(d, -errno, cli->outdir, "cannot create the folder: %s",
-                             strerror(errno));
+        rc = ps_out_mkdir(cli->outdir, d);
         const char *train[][2] = {{"loss.svg", "loss"}, {"accuracy.svg", "accuracy"},
                                   {"drift-var.svg", "var_err"}};
         const char *drift[][2] = {{"drift-var.svg", "var_err"},

@@ -184,9 +184,7 @@ int ps_cmd_run(struct ps_cli *cli)
             print_bn(s, &r);
         }
     }
-    if (save && ps_state_save(&r.state, s, ctx.model, save, &d))
-        code = ps_cli_fail(&d, PS_EXIT_INPUT);
-    if (code == PS_EXIT_OK && cli->trace &&
+    if (cli->trace &&
         ps_chrome_write_file(ctx.graph, &r.trace, NULL, cli->trace, &d))
         code = ps_cli_fail(&d, PS_EXIT_INPUT);
     if (code == PS_EXIT_OK && cli->json) {
@@ -199,6 +197,10 @@ int ps_cmd_run(struct ps_cli *cli)
         }
         cJSON_Delete(root);
     }
+    /* last: the files above are only temporary until the command ends (main.c), the state
+       folder is renamed into place here */
+    if (code == PS_EXIT_OK && save && ps_state_save(&r.state, s, ctx.model, save, &d))
+        code = ps_cli_fail(&d, PS_EXIT_INPUT);
     ps_exec_result_finish(&r);
     ps_ctx_finish(&ctx);
     return code;

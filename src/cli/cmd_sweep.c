@@ -163,9 +163,9 @@ int ps_cmd_sweep(struct ps_cli *cli)
     if (cli->json && ps_report_write(root, cli->json, &d)) code = ps_cli_fail(&d, PS_EXIT_INPUT);
     if (!code && cli->outdir) {
         char path[4096];
-        mkdir(cli->outdir, 0755);
         snprintf(path, sizeof(path), "%s/sweep.json", cli->outdir);
-        if (ps_report_write(root, path, &d)) code = ps_cli_fail(&d, PS_EXIT_INPUT);
+        if (ps_out_mkdir(cli->outdir, &d) || ps_report_write(root, path, &d))
+            code = ps_cli_fail(&d, PS_EXIT_INPUT);
         static const char *const what[] = {"makespan", "throughput", "bubble", "memory"};
         static const char *const ylab[] = {"makespan (us)", "samples/s", "bubble fraction",
                                            "peak activation bytes"};

@@ -7,6 +7,7 @@
 
 #include "cli.h"
 #include "ps_config.h"
+#include "viz.h"
 
 /* LeakSanitizer reads this in sanitized builds: Graphviz's layout engine (libgvc) leaks
  * internally on every layout (TOOLCHAIN.md). Only gvc: leaks through cgraph alone are ours. */
@@ -126,5 +127,16 @@ int main(int argc, char **argv)
     }
     cli.argc = nrest;
     cli.argv = rest;
-    return cmd->run(&cli);
+    /* every output file of a command appears when it ends, or none when it fails (viz/out.c,
+       O4); diagnose builds its folder as DIR.tmp and renames it itself */
+    bool defer = strcmp(cmd->name, "diagnose") != 0;
+    if (defer) ps_out_defer_begin();
+    int code = cmd->run(&cli);
+    if (defer) {
+        struct ps_diag d;
+        ps_diag_clear(&d);
+        if (ps_out_defer_end(code == PS_EXIT_OK || code == PS_EXIT_FOUND, &d))
+            code = ps_cli_fail(&d, PS_EXIT_INPUT);
+    }
+    return code;
 }
