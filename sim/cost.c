@@ -260,6 +260,12 @@ int ps_costs_load(const char *path, struct ps_costs **out, struct ps_diag *diag)
         if (!r) break;
         n += r;
     }
+    if (ferror(f)) {
+        int e = errno ? errno : EIO;
+        fclose(f);
+        free(buf);
+        return ps_diag_set(diag, -e, path, "cannot read: %s", strerror(e));
+    }
     fclose(f);
     buf[n] = 0;
     int rc = ps_costs_parse(buf, path, out, diag);

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <zlib.h>
 
@@ -266,6 +267,9 @@ static int load_csv(struct ps_data *dt, const struct ps_spec *spec, struct ps_di
                            "a csv target column holds one value per row, but the model has %lld "
                            "outputs for the mse loss",
                            (long long)dt->out_numel);
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return ps_diag_set(d, -EISDIR, path, "cannot read: %s", strerror(EISDIR));
     gzFile f = gzopen(path, "rb");
     if (!f) {
         int e = errno ? errno : ENOENT;

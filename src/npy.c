@@ -22,6 +22,7 @@
 #include "npy.h"
 
 #include "diag.h"
+#include "memlimit.h"
 
 #include <errno.h>
 #include <math.h>
@@ -29,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char MAGIC[6] = {'\x93', 'N', 'U', 'M', 'P', 'Y'};
 
@@ -343,6 +345,18 @@ int ps_npy_load(const char *path, enum ps_npy_kind want, struct ps_npy *out, str
         int e = errno;
         return ps_diag_set(d, -e, path, "cannot open: %s", strerror(e));
     }
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0) {
+        int rc = S_ISDIR(st.st_mode)
+                     ? ps_diag_set(d, -EISDIR, path, "cannot read: %s", strerror(EISDIR))
+                     /* the file, and its elements converted */
+                     : ps_memlimit_check(3.0 * (double)st.st_size, path, "reading this file",
+                                         "use a smaller file", d);
+        if (rc) {
+            fclose(f);
+            return rc;
+        }
+    }
     size_t cap = 1 << 16, len = 0;
     unsigned char *buf = malloc(cap);
     int rc = 0;
@@ -362,7 +376,7 @@ int ps_npy_load(const char *path, enum ps_npy_kind want, struct ps_npy *out, str
         if (got == 0) break;
     }
     if (!buf) rc = ps_diag_set(d, -ENOMEM, path, "out of memory reading the file");
-    else if (ferror(f)) rc = ps_diag_set(d, -EIO, path, "read error");
+    else if (ferror(f)) rc = ps_diag_set(d, -EIO, path, "cannot read: %s", strerror(errno ? errno : EIO));
     fclose(f);
     if (rc == 0) rc = ps_npy_parse(buf, len, path, want, out, d);
     free(buf);

@@ -328,11 +328,11 @@ int ps_trace_read(const char *path, const struct ps_graph *g, struct ps_trace *o
         n += got;
         if (got == 0) break;
     }
-    int err = ferror(f);
+    int err = ferror(f) ? (errno ? errno : EIO) : 0;
     fclose(f);
     if (err) {
         free(buf);
-        return ps_diag_set(diag, -EIO, path, "read error");
+        return ps_diag_set(diag, -err, path, "cannot read: %s", strerror(err));
     }
     buf[n] = '\0';
     if (n == 0) {

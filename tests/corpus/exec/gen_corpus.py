@@ -43,6 +43,7 @@ def case(name, err, w=None, x=None, y=None, csv=None, data=None, drop=(), raw=No
         if k not in drop:
             np.save(os.path.join(d, "weights", k + ".npy"), v)
     for k, v in (raw or {}).items():
+        os.makedirs(os.path.dirname(os.path.join(d, k)), exist_ok=True)
         with open(os.path.join(d, k), "wb") as fh:
             fh.write(v)
     if csv is not None:
@@ -131,4 +132,39 @@ case("y_csv_gz", None, csv=("d.csv.gz", "f1,f2,label,f3,f4\n" +
                                     for k in range(6))),
      data={"source": "csv", "path": "d.csv.gz", "target_column": 2})
 case("y_npy", None)
+# csv, issue [hardening]: gzip files written with mtime 0 (byte-identical on every run)
+def gz(text):
+    return gzip.compress(text.encode(), mtime=0)
+
+
+case("n_csv_float_range", "@/d.csv:2: column 1: 1e+39 is out of float32 range",
+     csv=("d.csv", "1,2,3,4,0\n1e39,2,3,4,1\n"), data=CSV)
+case("n_csv_label_huge", "@/d.csv:1: label (column 5) is -1e+300, expected an integer in 0..1",
+     csv=("d.csv", "1,2,3,4,-1e300\n"), data=CSV)
+case("n_csv_nul", "@/d.csv:2: a NUL byte in the line (not a text file?)",
+     raw={"d.csv": b"1,2,3,4,0\n1,2\x00,3,4,1\n"}, data=CSV)
+case("n_csv_empty", "@/d.csv: no data rows", raw={"d.csv": b""}, data=CSV)
+case("n_csv_header_only", "@/d.csv: no data rows", csv=("d.csv", "a,b,c,d,label\n"), data=CSV)
+case("n_csv_blank_lines", "@/d.csv: no data rows", csv=("d.csv", "\n\n\r\n"), data=CSV)
+case("n_csv_blank_field", "@/d.csv:2: column 2: '' is not a number",
+     csv=("d.csv", "1,2,3,4,0\n1,,3,4,1\n"), data=CSV)
+case("n_csv_trailing_comma", "@/d.csv:1: 6 columns, expected 5 (4 features for input numel + 1 "
+     "target)", csv=("d.csv", "1,2,3,4,0,\n"), data=CSV)
+case("n_csv_inf", "@/d.csv:1: column 2 is infinite", csv=("d.csv", "1,inf,3,4,0\n"), data=CSV)
+case("n_csv_label_fraction", "@/d.csv:1: label (column 5) is 0.5, expected an integer in 0..1",
+     csv=("d.csv", "1,2,3,4,0.5\n"), data=CSV)
+case("n_csv_label_negative", "@/d.csv:2: label (column 5) is -1, expected an integer in 0..1",
+     csv=("d.csv", "1,2,3,4,1\n1,2,3,4,-1\n"), data=CSV)
+case("n_csv_target_column", "@/d.csv:1: target_column 5 is outside the 5 columns",
+     csv=("d.csv", "1,2,3,4,0\n"), data={"source": "csv", "path": "d.csv", "target_column": 5})
+case("n_csv_gz_truncated", "@/d.csv.gz: read error (corrupt gzip stream?)",
+     raw={"d.csv.gz": gz("1,2,3,4,0\n" * 400)[:40]},
+     data={"source": "csv", "path": "d.csv.gz", "target_column": -1})
+case("n_csv_gz_text", "@/d.csv.gz:2: column 3: 'x' is not a number",
+     raw={"d.csv.gz": gz("1,2,3,4,0\n1,2,x,4,1\n")},
+     data={"source": "csv", "path": "d.csv.gz", "target_column": -1})
+case("n_csv_folder", "@/sub: cannot read: Is a directory", raw={"sub/keep": b""},
+     data={"source": "csv", "path": "sub", "target_column": -1})
+case("n_npy_inputs_missing", "@/nope.npy: cannot open: No such file or directory",
+     data={"source": "npy", "inputs": "nope.npy", "targets": "y.npy"})
 print("ok")
