@@ -138,6 +138,28 @@ static void col2im_add(const struct ps_conv2d_shape *s, const float *col, float 
             }
 }
 
+/* The bias add and the bias-gradient sum over one output plane go in blocks of 8 with fixed-length
+ * inner loops (vector code at -O2 too); the sum keeps 8 independent double lanes. */
+enum { BLOCK = 8 };
+
+static void add_bias(float *y, size_t count, float b)
+{
+    size_t q = 0;
+    for (; q + BLOCK <= count; q += BLOCK)
+        for (size_t j = 0; j < BLOCK; j++) y[q + j] += b;
+    for (; q < count; q++) y[q] += b;
+}
+
+static double row_sum(const float *x, size_t count)
+{
+    double acc[BLOCK] = {0};
+    size_t q = 0;
+    for (; q + BLOCK <= count; q += BLOCK)
+        for (size_t j = 0; j < BLOCK; j++) acc[j] += x[q + j];
+    for (; q < count; q++) acc[0] += x[q];
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
 int ps_cpu_conv2d_forward(const struct ps_conv2d_shape *s, const float *x, const float *w,
                           const float *b, float *y, struct ps_diag *d)
 {
@@ -157,7 +179,7 @@ int ps_cpu_conv2d_forward(const struct ps_conv2d_shape *s, const float *x, const
         if (rc < 0) break;
         if (b)
             for (size_t c = 0; c < s->c_out; c++)
-                for (size_t q = 0; q < p; q++) yn[c * p + q] += b[c];
+                add_bias(yn + c * p, p, b[c]);
     }
     free(col);
     if (rc < 0) return ps_diag_set(d, rc, "conv2d", "out of memory in sgemm");
@@ -192,7 +214,7 @@ int ps_cpu_conv2d_backward(const struct ps_conv2d_shape *s, const float *x, cons
         }
         if (bacc)
             for (size_t c = 0; c < s->c_out; c++)
-                for (size_t q = 0; q < p; q++) bacc[c] += dyn[c * p + q];
+                bacc[c] += row_sum(dyn + c * p, p);
     }
     if (bacc && rc == 0)
         for (size_t c = 0; c < s->c_out; c++) db[c] += (float)bacc[c];

@@ -79,15 +79,18 @@ struct gemm_args {
     float *pa, *pb; /* packing buffers: MC*KC and KC*round_up(min(n, NC), NR) floats */
 };
 
+/* One row of a tile or panel: 8 floats, loaded and stored unaligned. */
+_Static_assert(MR == 8 && NR == 8, "a tile row and a packed panel row are one vec8");
+typedef float vec8 __attribute__((vector_size(NR * sizeof(float)), aligned(sizeof(float))));
+
 /* Packs kc rows of a panel of `width` (<= W) columns into dst[p*W + j], zero-padded to W columns:
  * element (p, j) is src[p*ps + j*js]. A full panel with contiguous columns (js == 1) is a
- * fixed-length copy per row, which gcc turns into vector moves. */
+ * one vector move per row (W == 8). */
 static inline void pack_panel(const float *restrict src, size_t ps, size_t js, size_t kc,
                               size_t width, float *restrict dst, size_t W)
 {
     if (width == W && js == 1) {
-        for (size_t p = 0; p < kc; p++)
-            for (size_t j = 0; j < W; j++) dst[p * W + j] = src[p * ps + j];
+        for (size_t p = 0; p < kc; p++) *(vec8 *)(dst + p * W) = *(const vec8 *)(src + p * ps);
         return;
     }
     for (size_t p = 0; p < kc; p++) {
@@ -131,8 +134,6 @@ static void pack_b(const struct gemm_args *g, size_t j0, size_t nc, size_t p0, s
  * MADD is a*b+c: _mm256_fmadd_ps in the FMA clone (one rounding, as fmaf), a separate multiply
  * and add otherwise (-std=c17 turns off floating-point contraction). Either way each element of
  * C sees the same operations in the same k order as the scalar definition. */
-typedef float vec8 __attribute__((vector_size(NR * sizeof(float)), aligned(sizeof(float))));
-
 #define DEFINE_MICRO_KERNEL(name, MADD, RB, attr)                                              \
     attr static inline __attribute__((always_inline)) void name(                              \
         size_t kc, const float *restrict a, const float *restrict b, float *restrict c,       \
