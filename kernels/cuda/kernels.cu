@@ -54,11 +54,13 @@ __global__ void relu_bwd(const float *__restrict__ y, const float *dy, float *dx
         dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
 }
 
+/* __fmul_rn: nvcc would contract p - lr*g into one fused multiply-add (one rounding), while the
+ * CPU rounds the product first; the explicit product keeps SGD bit for bit equal to the CPU's. */
 __global__ void sgd(float *p, const float *__restrict__ g, size_t count, float lr)
 {
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride)
-        p[i] -= lr * g[i];
+        p[i] -= __fmul_rn(lr, g[i]);
 }
 
 __global__ void add_inplace(float *y, const float *__restrict__ x, size_t count)
