@@ -18,6 +18,13 @@
  *                element like the CPU; 16-byte loads; one block row per (n, c) plane when planes
  *                are large (no division per element), grid-stride elementwise otherwise.
  *
+ * Bandwidth (large planes, e.g. [256,256,56,56]): memory traffic is the minimum for a two-pass
+ * plan, forward 12 B/element (x read by reduce and by apply, y written), backward 20 B/element.
+ * Both plane kernels issue kUnroll independent 16-byte loads per thread before using any (a
+ * plane of 3136 floats is 784 float4, so a 256-thread block has every load of a plane in
+ * flight at once), and the reduce grid is sized to about four waves of resident blocks with
+ * rows split evenly, so that the last, partial wave costs little.
+ *
  * Invariants: num_batches_tracked lives on the host and changes at issue time exactly once per
  * train forward and per commit; the EMA factor is computed on the host (ps_cpu_bn_factor's rule)
  * and passed by value; nothing here allocates, so a layer's scratch (ps_cuda_bn_scratch bytes)
@@ -31,8 +38,10 @@
 
 namespace {
 
-constexpr int kTarget = 1056; /* ~8 blocks per SM on an H200 (132 SMs); fixed so scratch is pure */
+constexpr int kTarget = 4224; /* ~4 waves of 8 blocks per SM on an H200 (132 SMs); fixed so
+                                 the scratch size is a pure function of the shape */
 constexpr int kSmallS = 128;  /* below this spatial size, tile channels instead of rows */
+constexpr int kUnroll = 4;    /* independent 16-byte loads in flight per thread */
 
 enum { R_STATS, R_BWD, R_SUM };
 
@@ -40,6 +49,7 @@ struct geom {
     bool rows;      /* small-S kernel: 32 channels per block, threads over rows */
     unsigned tiles; /* blocks along channels */
     unsigned splits;
+    size_t max_splits; /* bound on splits for any n' <= n (sizes the scratch) */
 };
 
 geom plan(size_t C, size_t n, size_t S)
@@ -50,7 +60,11 @@ geom plan(size_t C, size_t n, size_t S)
     size_t sp = ((size_t)kTarget + g.tiles - 1) / g.tiles;
     if (sp > n) sp = n;
     if (sp < 1) sp = 1;
-    g.splits = (unsigned)sp;
+    /* rows per split, then as many splits as needed: every split gets rows, evenly */
+    size_t per = (n + sp - 1) / sp;
+    g.splits = (unsigned)(per ? (n + per - 1) / per : 1);
+    if (g.splits < 1) g.splits = 1;
+    g.max_splits = sp;
     return g;
 }
 
@@ -86,13 +100,22 @@ __global__ void __launch_bounds__(256) reduce_planes(const float *__restrict__ x
             const float4 *x4 = reinterpret_cast<const float4 *>(x + base);
             const float4 *g4 = OP == R_BWD ? reinterpret_cast<const float4 *>(dy + base) : nullptr;
             size_t S4 = S / 4;
-            for (size_t k = threadIdx.x; k < S4; k += blockDim.x) {
-                float4 v = x4[k];
-                float4 g = OP == R_BWD ? g4[k] : make_float4(0.f, 0.f, 0.f, 0.f);
-                acc2(OP, v.x, g.x, mu, a, b);
-                acc2(OP, v.y, g.y, mu, a, b);
-                acc2(OP, v.z, g.z, mu, a, b);
-                acc2(OP, v.w, g.w, mu, a, b);
+            for (size_t k0 = threadIdx.x; k0 < S4; k0 += (size_t)kUnroll * blockDim.x) {
+                float4 v[kUnroll], g[kUnroll];
+#pragma unroll
+                for (int u = 0; u < kUnroll; u++) { /* all loads first */
+                    size_t k = k0 + (size_t)u * blockDim.x;
+                    v[u] = k < S4 ? __ldg(x4 + k) : make_float4(0.f, 0.f, 0.f, 0.f);
+                    g[u] = OP == R_BWD && k < S4 ? __ldg(g4 + k) : make_float4(0.f, 0.f, 0.f, 0.f);
+                }
+#pragma unroll
+                for (int u = 0; u < kUnroll; u++) {
+                    if (k0 + (size_t)u * blockDim.x >= S4) break;
+                    acc2(OP, v[u].x, g[u].x, mu, a, b);
+                    acc2(OP, v[u].y, g[u].y, mu, a, b);
+                    acc2(OP, v[u].z, g[u].z, mu, a, b);
+                    acc2(OP, v[u].w, g[u].w, mu, a, b);
+                }
             }
         } else {
             for (size_t k = threadIdx.x; k < S; k += blockDim.x)
@@ -271,13 +294,26 @@ __global__ void __launch_bounds__(256) apply_fwd_planes(const float *__restrict_
         float *yp = y + pl * S;
         if (vec) {
             size_t S4 = S / 4;
-            for (size_t k = threadIdx.x; k < S4; k += blockDim.x) {
-                float4 v = reinterpret_cast<const float4 *>(xp)[k];
-                v.x = fwd1(v.x, sc, sh);
-                v.y = fwd1(v.y, sc, sh);
-                v.z = fwd1(v.z, sc, sh);
-                v.w = fwd1(v.w, sc, sh);
-                reinterpret_cast<float4 *>(yp)[k] = v;
+            const float4 *x4 = reinterpret_cast<const float4 *>(xp);
+            float4 *y4 = reinterpret_cast<float4 *>(yp);
+            for (size_t k0 = threadIdx.x; k0 < S4; k0 += (size_t)kUnroll * blockDim.x) {
+                float4 v[kUnroll];
+#pragma unroll
+                for (int u = 0; u < kUnroll; u++) {
+                    size_t k = k0 + (size_t)u * blockDim.x;
+                    if (k < S4) v[u] = __ldg(x4 + k);
+                }
+#pragma unroll
+                for (int u = 0; u < kUnroll; u++) {
+                    size_t k = k0 + (size_t)u * blockDim.x;
+                    if (k >= S4) break;
+                    float4 o;
+                    o.x = fwd1(v[u].x, sc, sh);
+                    o.y = fwd1(v[u].y, sc, sh);
+                    o.z = fwd1(v[u].z, sc, sh);
+                    o.w = fwd1(v[u].w, sc, sh);
+                    y4[k] = o;
+                }
             }
         } else {
             for (size_t k = threadIdx.x; k < S; k += blockDim.x) yp[k] = fwd1(xp[k], sc, sh);
@@ -308,15 +344,30 @@ __global__ void __launch_bounds__(256) apply_bwd_planes(const float *__restrict_
         float *dp = dx + pl * S;
         if (vec) {
             size_t S4 = S / 4;
-            for (size_t q = threadIdx.x; q < S4; q += blockDim.x) {
-                float4 v = reinterpret_cast<const float4 *>(xp)[q];
-                float4 g = reinterpret_cast<const float4 *>(gp)[q];
-                float4 o;
-                o.x = bwd1(v.x, g.x, kk);
-                o.y = bwd1(v.y, g.y, kk);
-                o.z = bwd1(v.z, g.z, kk);
-                o.w = bwd1(v.w, g.w, kk);
-                reinterpret_cast<float4 *>(dp)[q] = o;
+            const float4 *x4 = reinterpret_cast<const float4 *>(xp);
+            const float4 *g4 = reinterpret_cast<const float4 *>(gp);
+            float4 *d4 = reinterpret_cast<float4 *>(dp);
+            for (size_t q0 = threadIdx.x; q0 < S4; q0 += (size_t)kUnroll * blockDim.x) {
+                float4 v[kUnroll], g[kUnroll];
+#pragma unroll
+                for (int u = 0; u < kUnroll; u++) {
+                    size_t q = q0 + (size_t)u * blockDim.x;
+                    if (q < S4) {
+                        v[u] = __ldg(x4 + q);
+                        g[u] = __ldg(g4 + q);
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < kUnroll; u++) {
+                    size_t q = q0 + (size_t)u * blockDim.x;
+                    if (q >= S4) break;
+                    float4 o;
+                    o.x = bwd1(v[u].x, g[u].x, kk);
+                    o.y = bwd1(v[u].y, g[u].y, kk);
+                    o.z = bwd1(v[u].z, g[u].z, kk);
+                    o.w = bwd1(v[u].w, g[u].w, kk);
+                    d4[q] = o;
+                }
             }
         } else {
             for (size_t q = threadIdx.x; q < S; q += blockDim.x) dp[q] = bwd1(xp[q], gp[q], kk);
@@ -344,10 +395,11 @@ unsigned plane_grid(size_t planes)
     return (unsigned)(planes < cap ? (planes ? planes : 1) : cap);
 }
 
-/* Scratch layout: partials (splits * C * 2 doubles), then coefficients (4 * C doubles). */
+/* Scratch layout: partials (max_splits * C * 2 doubles), then coefficients (4 * C doubles);
+ * max_splits grows with n, so a scratch sized for the largest micro-batch fits every smaller one. */
 double *coef_of(double *partial, const geom &g, size_t C)
 {
-    return partial + (size_t)g.splits * C * 2;
+    return partial + g.max_splits * C * 2;
 }
 
 double bn_factor(const struct ps_cuda_bn *bn, int64_t nbt_after)
@@ -379,7 +431,7 @@ extern "C" {
 size_t ps_cuda_bn_scratch(size_t channels, size_t n, size_t spatial)
 {
     geom g = plan(channels, n ? n : 1, spatial);
-    return ((size_t)g.splits * channels * 2 + 4 * channels) * sizeof(double);
+    return (g.max_splits * channels * 2 + 4 * channels) * sizeof(double);
 }
 
 int ps_cuda_bn_forward(struct ps_cuda_bn *bn, int mode, const float *x, float *y, size_t n,
