@@ -96,7 +96,7 @@ struct ps_exec_opts {
     int steps;       /* 0 = spec->steps */
     bool trace;      /* record the timeline of the last step */
     bool virtual_devices; /* cuda: every graph device on GPU 0 with its own stream set */
-    /* Added for drift (issue [cpu-execution]); zero = the behaviour above. cpu backend only. */
+    /* Added for drift (issue [cpu-execution]); zero = the behaviour above. Both backends. */
     int64_t train_samples; /* > 0: steps wrap over the first train_samples samples only, so
                               the rest can be held out for ps_exec_eval */
     bool forward_only;     /* run only the forward pass (F tasks and the loss) of each step:

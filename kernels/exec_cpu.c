@@ -32,6 +32,7 @@
  */
 #include "exec.h"
 #include "exec_cuda.h"
+#include "exec_priv.h"
 #include "memlimit.h"
 
 #include <errno.h>
@@ -41,8 +42,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "cpu/kernels.h"
-#include "data.h"
 #include "ps_config.h"
 
 struct saved {
@@ -71,13 +70,6 @@ struct exec {
     struct timespec t0;      /* start of the step */
 };
 
-static double now_us(const struct timespec *t0)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)(t.tv_sec - t0->tv_sec) * 1e6 + (double)(t.tv_nsec - t0->tv_nsec) * 1e-3;
-}
-
 static size_t act_numel(const struct exec *ex, int i, int l)
 {
     int64_t per = l < ex->L ? ex->model->layers[l].in_numel : ex->model->out_numel;
@@ -95,35 +87,13 @@ static int log_update(struct exec *ex, int l, int i, enum ps_exec_bn_phase ph, u
                       int64_t count, double factor, const double *mean, const double *var,
                       size_t C)
 {
-    struct ps_exec_result *r = ex->res;
-    if (r->n_bn == r->cap_bn) {
-        uint32_t c = r->cap_bn ? r->cap_bn * 2 : 64;
-        struct ps_exec_bn_update *q = realloc(r->bn, (size_t)c * sizeof(*q));
-        if (!q) return ps_diag_set(ex->d, -ENOMEM, "exec", "out of memory for the BN log");
-        r->bn = q;
-        r->cap_bn = c;
-    }
-    struct ps_exec_bn_update *u = &r->bn[r->n_bn];
-    memset(u, 0, sizeof(*u));
-    u->layer = l;
-    u->step = ex->step;
-    u->mb = i;
-    u->phase = (uint8_t)ph;
-    u->node = node;
-    u->count = count;
-    u->factor = factor;
-    u->mean = malloc(C * sizeof(float));
-    u->var = malloc(C * sizeof(float));
-    if (!u->mean || !u->var) {
-        free(u->mean);
-        free(u->var);
-        return ps_diag_set(ex->d, -ENOMEM, "exec", "out of memory for the BN log");
-    }
+    struct ps_exec_bn_update *u;
+    int rc = ps_exec_bn_log(ex->res, l, ex->step, i, ph, node, count, factor, C, &u, ex->d);
+    if (rc) return rc;
     for (size_t c = 0; c < C; c++) {
         u->mean[c] = (float)mean[c];
         u->var[c] = (float)var[c];
     }
-    r->n_bn++;
     return 0;
 }
 
@@ -162,31 +132,6 @@ static void bn_view(struct ps_bn *bn, const struct ps_layer *l, struct ps_layer_
     bn->num_batches_tracked = ls->num_batches_tracked;
 }
 
-static void pool_shape(struct ps_pool2d_shape *s, const struct ps_layer *l,
-                       const struct ps_layer_info *li, size_t n)
-{
-    s->n = n;
-    s->c = (size_t)li->in[0];
-    s->h = (size_t)li->in[1];
-    s->w = (size_t)li->in[2];
-    s->kernel = (size_t)l->kernel;
-    s->stride = (size_t)(l->stride > 0 ? l->stride : l->kernel);
-    s->padding = (size_t)l->padding;
-}
-
-static void conv_shape(struct ps_conv2d_shape *s, const struct ps_layer *l,
-                       const struct ps_layer_info *li, size_t n)
-{
-    s->n = n;
-    s->c_in = (size_t)li->in[0];
-    s->h = (size_t)li->in[1];
-    s->w = (size_t)li->in[2];
-    s->c_out = (size_t)l->out;
-    s->kh = s->kw = (size_t)l->kernel;
-    s->stride = (size_t)(l->stride > 0 ? l->stride : 1);
-    s->padding = (size_t)l->padding;
-}
-
 /* Forward of layer l for micro-batch i. grad: autograd records (a forward with grad);
  * recompute: this is R(i,j). */
 static int layer_forward(struct exec *ex, int i, int l, bool grad, bool recompute, uint32_t node)
@@ -207,33 +152,30 @@ static int layer_forward(struct exec *ex, int i, int l, bool grad, bool recomput
         break;
     case PS_OP_CONV2D: {
         struct ps_conv2d_shape s;
-        conv_shape(&s, ly, li, n);
+        ps_exec_conv_shape(&s, ly, li, n);
         rc = ps_cpu_conv2d_forward(&s, x, ls->weight, ls->bias, y, ex->d);
         break;
     }
     case PS_OP_MAXPOOL2D: {
         struct ps_pool2d_shape s;
-        pool_shape(&s, ly, li, n);
+        ps_exec_pool_shape(&s, ly, li, n);
         rc = ps_cpu_maxpool2d_forward(&s, x, y, sv->idx, ex->d);
         break;
     }
     case PS_OP_RELU: ps_cpu_relu_forward(x, y, n * (size_t)li->in_numel); break;
     case PS_OP_FLATTEN: memcpy(y, x, n * (size_t)li->in_numel * sizeof(float)); break;
     case PS_OP_DROPOUT: {
-        uint64_t offset = (((uint64_t)ex->step * (uint64_t)ex->L + (uint64_t)l) *
-                               (uint64_t)ex->m + (uint64_t)i);
         ps_cpu_dropout_forward(x, y, sv->mask, n * (size_t)li->in_numel, (float)ly->p,
-                               ex->spec->seed ^ UINT64_C(0x5eed0d20), offset);
+                               ps_exec_dropout_seed(ex->spec),
+                               ps_exec_dropout_offset(ex->step, ex->L, ex->m, l, i));
         break;
     }
     case PS_OP_BATCHNORM: {
         struct ps_bn bn;
         bn_view(&bn, ly, ls);
         size_t C = (size_t)ls->channels, S = (size_t)(li->in_numel / ls->channels);
-        enum ps_bn_mode mode = PS_BN_TRAIN_NO_TRACK;
-        enum ps_bn_policy pol = ex->spec->batchnorm;
-        if (pol == PS_BN_PLAIN || (pol == PS_BN_GRAD_ONLY && grad)) mode = PS_BN_TRAIN;
-        if (pol == PS_BN_DEFERRED && !recompute) {
+        enum ps_bn_mode mode = ps_exec_bn_mode(ex->spec->batchnorm, grad);
+        if (ex->spec->batchnorm == PS_BN_DEFERRED && !recompute) {
             /* torchgpipe DeferredBatchNorm._track, then _commit when tracked == chunks */
             struct ps_bn_accum acc = {.channels = C, .sum = ls->sum, .sum_sq = ls->sum_sq,
                                       .count = ls->count};
@@ -297,14 +239,14 @@ static int layer_backward(struct exec *ex, int i, int l)
         break;
     case PS_OP_CONV2D: {
         struct ps_conv2d_shape s;
-        conv_shape(&s, ly, li, n);
+        ps_exec_conv_shape(&s, ly, li, n);
         rc = ps_cpu_conv2d_backward(&s, x, ls->weight, dy, dx, ls->dweight, ls->dbias, ex->d);
         break;
     }
     case PS_OP_MAXPOOL2D: {
         if (!dx) break;
         struct ps_pool2d_shape s;
-        pool_shape(&s, ly, li, n);
+        ps_exec_pool_shape(&s, ly, li, n);
         ps_cpu_maxpool2d_backward(&s, dy, sv->idx, dx);
         break;
     }
@@ -381,21 +323,11 @@ static int task_forward(struct exec *ex, int i, int j, bool grad, bool recompute
 static int task_backward(struct exec *ex, int i, int j, uint32_t node)
 {
     int f = ex->spec->first_layer[j], c = ex->spec->balance[j];
-    char name[64];
-    for (int l = f; l < f + c; l++)
-        if (!LIVE(ex, i, l))
-            return ps_diag_set(ex->d, -EINVAL, "exec",
-                               "%s runs before the activations of layer %d exist (a checkpointed "
-                               "task needs its recompute first)",
-                               ps_node_name(ex->g, node, name, sizeof(name)), l);
-    if (j == ex->n - 1) {
-        int rc = loss_mb(ex, i);
-        if (rc) return rc;
-    }
-    for (int l = f + c - 1; l >= f; l--) {
-        int rc = layer_backward(ex, i, l);
-        if (rc) return rc;
-    }
+    int rc = ps_exec_check_live(ex->g, node, &LIVE(ex, i, 0), f, c, ex->d);
+    if (rc) return rc;
+    if (j == ex->n - 1 && (rc = loss_mb(ex, i))) return rc;
+    for (int l = f + c - 1; l >= f; l--)
+        if ((rc = layer_backward(ex, i, l))) return rc;
     for (int l = f; l < f + c; l++) LIVE(ex, i, l) = false; /* backward frees the graph */
     return 0;
 }
@@ -408,7 +340,7 @@ static int run_node(struct exec *ex, uint32_t v, bool record)
     int rc = 0;
     if (record && ps_node_is_task(nd)) {
         timed = true;
-        t = now_us(&ex->t0);
+        t = ps_exec_now_us(&ex->t0);
     }
     switch ((enum ps_node_kind)nd->kind) {
     case PS_NODE_COMPUTE:
@@ -427,7 +359,7 @@ static int run_node(struct exec *ex, uint32_t v, bool record)
     default: break; /* copies, waits, fork/join: no work in one address space */
     }
     if (timed && rc == 0) {
-        double e = now_us(&ex->t0);
+        double e = ps_exec_now_us(&ex->t0);
         if (ps_trace_add(&ex->res->trace, v, nd->device, nd->stream, t, e - t, NULL))
             rc = ps_diag_set(ex->d, -ENOMEM, "exec", "out of memory for the trace");
     }
@@ -616,68 +548,35 @@ int ps_exec_run(const struct ps_graph *g, const struct ps_order *order,
         struct ps_exec_cuda_opts co = {.virtual_devices = o->virtual_devices};
         return ps_cuda_backend_run(g, order, o, &co, res, NULL, d);
     }
+    struct ps_exec_setup su;
+    int rc = ps_exec_setup(&su, g, order, o, PS_TRACE_CPU, res, d);
     const struct ps_spec *spec = g->spec;
-    const struct ps_model *model = g->model;
-    if (!spec || !model)
-        return ps_diag_set(d, -EINVAL, "exec", "the graph has no spec or model to run");
-    struct ps_order own;
-    memset(&own, 0, sizeof(own));
-    if (!order) {
-        int rc = ps_engine_order(g, &own, d);
-        if (rc) {
-            ps_order_finish(&own);
-            return rc;
-        }
-        order = &own;
-    }
     struct exec ex;
     memset(&ex, 0, sizeof(ex));
     ex.g = g;
     ex.spec = spec;
-    ex.model = model;
+    ex.model = g->model;
     ex.res = res;
     ex.d = d;
-    ex.L = spec->n_layers;
+    ex.L = spec ? spec->n_layers : 0;
     ex.m = g->m;
     ex.n = g->n;
-    ex.chunks = spec->chunks;
-    ex.batch = spec->batch;
-    ex.mb_size = spec->mb_size;
-    int steps = o->steps > 0 ? o->steps : spec->steps;
-    ps_trace_init(&res->trace, PS_TRACE_CPU);
-    res->steps = steps;
-    res->loss = calloc((size_t)steps, sizeof(double));
-    res->step_us = calloc((size_t)steps, sizeof(double));
-    struct ps_data dt;
-    memset(&dt, 0, sizeof(dt));
-    int rc = 0;
-    if (!res->loss || !res->step_us) rc = ps_diag_set(d, -ENOMEM, "exec", "out of memory");
-    if (!rc) rc = ps_state_init(&res->state, spec, model, spec->seed, d);
-    if (!rc) rc = ps_data_load(spec, model, (int64_t)steps * spec->batch, &dt, d);
-    if (!rc && o->train_samples > 0 && o->train_samples < dt.n_samples)
-        dt.n_samples = o->train_samples; /* the tail is held out (ps_exec_eval) */
-    if (!rc && alloc_buffers(&ex, &dt))
+    ex.chunks = spec ? spec->chunks : 0;
+    ex.batch = spec ? spec->batch : 0;
+    ex.mb_size = spec ? spec->mb_size : NULL;
+    order = su.order;
+    int steps = su.steps;
+    const struct ps_data *dt = &su.data;
+    if (!rc && alloc_buffers(&ex, dt))
         rc = ps_diag_set(d, -ENOMEM, "exec", "out of memory for the activations");
-    /* the tasks the order must run in every step */
-    uint32_t want_f = (uint32_t)ex.m * (uint32_t)ex.n, nf = 0, nb = 0;
-    for (uint32_t k = 0; !rc && k < order->n; k++) {
-        const struct ps_node *nd = &g->nodes[order->node[k]];
-        if (nd->kind == PS_NODE_COMPUTE) *(nd->phase == PS_PHASE_FWD ? &nf : &nb) += 1;
-    }
-    if (o->forward_only) nb = want_f; /* backward is not run */
-    if (!rc && (nf != want_f || nb != want_f))
-        rc = ps_diag_set(d, -EDEADLK, spec->path,
-                         "the execution order runs %u forward and %u backward tasks of %u; "
-                         "backward got stuck (see 'pipescope check')",
-                         nf, nb, want_f);
     struct timespec run0;
     clock_gettime(CLOCK_MONOTONIC, &run0);
     for (int s = 0; s < steps && !rc; s++) {
         ex.step = s;
         clock_gettime(CLOCK_MONOTONIC, &ex.t0);
-        ps_data_batch(&dt, s, ex.batch, ex.xbatch, ex.labels, ex.rows);
+        ps_data_batch(dt, s, ex.batch, ex.xbatch, ex.labels, ex.rows);
         for (int i = 0; i < ex.m; i++) {
-            ACT(&ex, i, 0) = ex.xbatch + ex.mb_off[i] * dt.in_numel;
+            ACT(&ex, i, 0) = ex.xbatch + ex.mb_off[i] * dt->in_numel;
             ex.loss_done[i] = false;
             ex.mb_loss[i] = 0.0;
         }
@@ -698,17 +597,13 @@ int ps_exec_run(const struct ps_graph *g, const struct ps_order *order,
             if (ls->dbias)
                 ps_cpu_sgd_step(ls->bias, ls->dbias, (size_t)ls->n_bias, (float)spec->lr);
         }
-        res->step_us[s] = now_us(&ex.t0);
-        if (!isfinite(loss))
-            rc = ps_diag_set(d, -ERANGE, spec->path, "step %d: the loss is %s", s,
-                             isnan(loss) ? "NaN" : "infinite");
-        if (rc) ps_diag_hint(d, "lower train.lr");
+        res->step_us[s] = ps_exec_now_us(&ex.t0);
+        rc = ps_exec_check_loss(res, s, spec, d);
     }
-    res->total_us = now_us(&run0);
+    res->total_us = ps_exec_now_us(&run0);
     for (int i = 0; i < ex.m && ex.act; i++) ACT(&ex, i, 0) = NULL; /* not owned */
     free_buffers(&ex);
-    ps_data_finish(&dt);
-    ps_order_finish(&own);
+    ps_exec_setup_finish(&su);
     if (rc) ps_exec_result_finish(res);
     return rc;
 }

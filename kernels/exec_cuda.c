@@ -33,6 +33,7 @@
  *       update's mean/var is written to a device log slot and fetched after the step.
  */
 #include "exec_cuda.h"
+#include "exec_priv.h"
 
 #include <errno.h>
 #include <math.h>
@@ -41,9 +42,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cpu/kernels.h"
 #include "cuda/cuda.h"
-#include "data.h"
 
 /* per (micro-batch, layer) tensors kept for backward, on the layer's device */
 struct saved {
@@ -88,6 +87,7 @@ struct xc {
     float **act, **pact;     /* act: on the layer's device; pact: producer copy at boundaries */
     float **grad, **pgrad;   /* grad: dL/dact on layer l's device; pgrad: copy at boundaries */
     struct saved *saved;     /* [i * L + l] */
+    bool *live;              /* [i * L + l]: exec_cpu.c E1 */
     struct dlayer *lay;
     float *h_x, *h_rows;     /* pinned step inputs */
     int64_t *h_labels;
@@ -111,13 +111,7 @@ struct xc {
 #define GRAD(x, i, l) ((x)->grad[(size_t)(i) * (size_t)((x)->L + 1) + (size_t)(l)])
 #define PGRAD(x, i, l) ((x)->pgrad[(size_t)(i) * (size_t)((x)->L + 1) + (size_t)(l)])
 #define SAVED(x, i, l) (&(x)->saved[(size_t)(i) * (size_t)(x)->L + (size_t)(l)])
-
-static double now_us(const struct timespec *t0)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)(t.tv_sec - t0->tv_sec) * 1e6 + (double)(t.tv_nsec - t0->tv_nsec) * 1e-3;
-}
+#define LIVE(x, i, l) ((x)->live[(size_t)(i) * (size_t)(x)->L + (size_t)(l)])
 
 static int use_gpu(struct xc *x, int gpu)
 {
@@ -160,47 +154,14 @@ static ps_cuda_stream compute_stream(const struct xc *x, int gdev)
     return x->stream[x->compute_of[gdev]];
 }
 
-/* ---- shapes (as exec_cpu.c) -------------------------------------------------------------- */
-
-static void pool_shape(struct ps_pool2d_shape *s, const struct ps_layer *l,
-                       const struct ps_layer_info *li, size_t n)
-{
-    s->n = n;
-    s->c = (size_t)li->in[0];
-    s->h = (size_t)li->in[1];
-    s->w = (size_t)li->in[2];
-    s->kernel = (size_t)l->kernel;
-    s->stride = (size_t)(l->stride > 0 ? l->stride : l->kernel);
-    s->padding = (size_t)l->padding;
-}
-
-static void conv_shape(struct ps_conv2d_shape *s, const struct ps_layer *l,
-                       const struct ps_layer_info *li, size_t n)
-{
-    s->n = n;
-    s->c_in = (size_t)li->in[0];
-    s->h = (size_t)li->in[1];
-    s->w = (size_t)li->in[2];
-    s->c_out = (size_t)l->out;
-    s->kh = s->kw = (size_t)l->kernel;
-    s->stride = (size_t)(l->stride > 0 ? l->stride : 1);
-    s->padding = (size_t)l->padding;
-}
-
 /* ---- BN log -------------------------------------------------------------------------------- */
 
+/* The entry is appended now (log order = issue order, as on the CPU); its statistics are still
+ * on the GPU and are fetched into it after the step (collect_step). */
 static int log_update(struct xc *x, int l, int i, enum ps_exec_bn_phase ph, uint32_t node,
                       int64_t count, double factor, const float *dmean, const float *dvar)
 {
-    struct ps_exec_result *r = x->res;
     size_t C = x->lay[l].bn.channels;
-    if (r->n_bn == r->cap_bn) {
-        uint32_t c = r->cap_bn ? r->cap_bn * 2 : 64;
-        struct ps_exec_bn_update *q = realloc(r->bn, (size_t)c * sizeof(*q));
-        if (!q) return ps_diag_set(x->d, -ENOMEM, "exec", "out of memory for the BN log");
-        r->bn = q;
-        r->cap_bn = c;
-    }
     if (x->n_pend == x->cap_pend) {
         size_t c = x->cap_pend ? x->cap_pend * 2 : 64;
         struct pending_log *q = realloc(x->pend, c * sizeof(*q));
@@ -208,26 +169,11 @@ static int log_update(struct xc *x, int l, int i, enum ps_exec_bn_phase ph, uint
         x->pend = q;
         x->cap_pend = c;
     }
-    struct ps_exec_bn_update *u = &r->bn[r->n_bn];
-    memset(u, 0, sizeof(*u));
-    u->layer = l;
-    u->step = x->step;
-    u->mb = i;
-    u->phase = (uint8_t)ph;
-    u->node = node;
-    u->count = count;
-    u->factor = factor;
-    u->mean = calloc(C ? C : 1, sizeof(float));
-    u->var = calloc(C ? C : 1, sizeof(float));
-    if (!u->mean || !u->var) {
-        free(u->mean);
-        free(u->var);
-        return ps_diag_set(x->d, -ENOMEM, "exec", "out of memory for the BN log");
-    }
-    x->pend[x->n_pend++] =
-        (struct pending_log){.entry = r->n_bn, .gpu = x->lay[l].gpu, .mean = dmean, .var = dvar,
-                             .C = C};
-    r->n_bn++;
+    struct ps_exec_bn_update *u;
+    int rc = ps_exec_bn_log(x->res, l, x->step, i, ph, node, count, factor, C, &u, x->d);
+    if (rc) return rc;
+    x->pend[x->n_pend++] = (struct pending_log){.entry = x->res->n_bn - 1, .gpu = x->lay[l].gpu,
+                                                .mean = dmean, .var = dvar, .C = C};
     return 0;
 }
 
@@ -259,13 +205,13 @@ static int layer_forward(struct xc *x, int i, int l, bool grad, bool recompute, 
         break;
     case PS_OP_CONV2D: {
         struct ps_conv2d_shape cs;
-        conv_shape(&cs, ly, li, n);
+        ps_exec_conv_shape(&cs, ly, li, n);
         rc = ps_cuda_conv2d_forward(blas, &cs, in, dl->w, dl->b, y, x->d);
         break;
     }
     case PS_OP_MAXPOOL2D: {
         struct ps_pool2d_shape ps;
-        pool_shape(&ps, ly, li, n);
+        ps_exec_pool_shape(&ps, ly, li, n);
         rc = ps_cuda_maxpool2d_forward(&ps, in, y, sv->idx, s, x->d);
         break;
     }
@@ -274,18 +220,15 @@ static int layer_forward(struct xc *x, int i, int l, bool grad, bool recompute, 
         rc = ps_cuda_memcpy_d2d(y, in, n * (size_t)li->in_numel * sizeof(float), s, x->d);
         break;
     case PS_OP_DROPOUT: {
-        uint64_t offset = (((uint64_t)x->step * (uint64_t)x->L + (uint64_t)l) * (uint64_t)x->m +
-                           (uint64_t)i);
         rc = ps_cuda_dropout_forward(in, y, sv->mask, n * (size_t)li->in_numel, (float)ly->p,
-                                     x->spec->seed ^ UINT64_C(0x5eed0d20), offset, s, x->d);
+                                     ps_exec_dropout_seed(x->spec),
+                                     ps_exec_dropout_offset(x->step, x->L, x->m, l, i), s, x->d);
         break;
     }
     case PS_OP_BATCHNORM: {
         size_t C = dl->bn.channels, S = (size_t)(li->in_numel / (int64_t)C);
-        int mode = PS_BN_TRAIN_NO_TRACK;
-        enum ps_bn_policy pol = x->spec->batchnorm;
-        if (pol == PS_BN_PLAIN || (pol == PS_BN_GRAD_ONLY && grad)) mode = PS_BN_TRAIN;
-        if (pol == PS_BN_DEFERRED && !recompute) {
+        int mode = ps_exec_bn_mode(x->spec->batchnorm, grad);
+        if (x->spec->batchnorm == PS_BN_DEFERRED && !recompute) {
             rc = ps_cuda_bn_accumulate(&dl->acc, dl->bn.partial, in, n, S, s, x->d);
             if (rc) break;
             dl->tracked++;
@@ -339,14 +282,14 @@ static int layer_backward(struct xc *x, int i, int l)
         break;
     case PS_OP_CONV2D: {
         struct ps_conv2d_shape cs;
-        conv_shape(&cs, ly, li, n);
+        ps_exec_conv_shape(&cs, ly, li, n);
         rc = ps_cuda_conv2d_backward(blas, &cs, in, dl->w, dy, dx, dl->dw, dl->db, x->d);
         break;
     }
     case PS_OP_MAXPOOL2D:
         if (dx) {
             struct ps_pool2d_shape ps;
-            pool_shape(&ps, ly, li, n);
+            ps_exec_pool_shape(&ps, ly, li, n);
             rc = ps_cuda_maxpool2d_backward(&ps, dy, sv->idx, dx, s, x->d);
         }
         break;
@@ -398,8 +341,11 @@ static int loss_mb(struct xc *x, int i)
         break;
     }
     case PS_LOSS_CROSS_ENTROPY: {
+        /* the kernels turn a bad label into NaN: refuse it here with the CPU's message */
         int64_t *lab = x->d_labels + x->mb_off[i];
-        rc = ps_cuda_memcpy_h2d(lab, x->h_labels + x->mb_off[i], n * sizeof(int64_t), s, x->d);
+        rc = ps_cpu_loss_check_labels(x->h_labels + x->mb_off[i], n, K, x->d);
+        if (!rc)
+            rc = ps_cuda_memcpy_h2d(lab, x->h_labels + x->mb_off[i], n * sizeof(int64_t), s, x->d);
         if (!rc) rc = ps_cuda_loss_ce_forward(out, lab, n, K, &x->d_loss[i], s, x->d);
         if (!rc) rc = ps_cuda_loss_ce_backward(out, lab, dout, n, K, (float)share, s, x->d);
         x->h_loss[i] = share;
@@ -424,21 +370,20 @@ static int task_forward(struct xc *x, int i, int j, bool grad, bool recompute, u
     for (int l = f; l < f + c; l++) {
         int rc = layer_forward(x, i, l, grad, recompute, node);
         if (rc) return rc;
+        LIVE(x, i, l) = grad;
     }
     return 0;
 }
 
-static int task_backward(struct xc *x, int i, int j)
+static int task_backward(struct xc *x, int i, int j, uint32_t node)
 {
     int f = x->spec->first_layer[j], c = x->spec->balance[j];
-    if (j == x->n - 1) {
-        int rc = loss_mb(x, i);
-        if (rc) return rc;
-    }
-    for (int l = f + c - 1; l >= f; l--) {
-        int rc = layer_backward(x, i, l);
-        if (rc) return rc;
-    }
+    int rc = ps_exec_check_live(x->g, node, &LIVE(x, i, 0), f, c, x->d);
+    if (rc) return rc;
+    if (j == x->n - 1 && (rc = loss_mb(x, i))) return rc;
+    for (int l = f + c - 1; l >= f; l--)
+        if ((rc = layer_backward(x, i, l))) return rc;
+    for (int l = f; l < f + c; l++) LIVE(x, i, l) = false; /* backward frees the graph */
     return 0;
 }
 
@@ -483,7 +428,7 @@ static int run_node(struct xc *x, uint32_t v)
             if (nd->phase == PS_PHASE_FWD)
                 rc = task_forward(x, nd->mb, nd->part, !nd->checkpointed, false, v);
             else
-                rc = task_backward(x, nd->mb, nd->part);
+                rc = task_backward(x, nd->mb, nd->part, v);
             break;
         case PS_NODE_RECOMPUTE:
             if (nd->phase == PS_PHASE_BWD) rc = task_forward(x, nd->mb, nd->part, true, true, v);
@@ -563,7 +508,21 @@ static int plan_waits(struct xc *x, const struct ps_order *o)
     if (!x->xstream || !x->ev || !x->wait_off || !stack || !fr || !mark || !need ||
         !x->wait_node)
         rc = ps_diag_set(x->d, -ENOMEM, "exec", "out of memory planning stream waits");
-    for (uint32_t v = 0; !rc && v < N; v++) x->xstream[v] = exec_stream(x, v);
+    for (uint32_t v = 0; !rc && v < N; v++) {
+        x->xstream[v] = exec_stream(x, v);
+        /* the waits go on the node's stream and the layers launch on their device's compute
+           stream (and cuBLAS handle): the two must be one stream, or nothing orders the work */
+        const struct ps_node *nd = &g->nodes[v];
+        bool task = nd->kind == PS_NODE_COMPUTE ||
+                    (nd->kind == PS_NODE_RECOMPUTE && nd->phase == PS_PHASE_BWD);
+        if (task && x->xstream[v] != x->compute_of[gdev_of_part(x, nd->part)]) {
+            char a[64];
+            rc = ps_diag_set(x->d, -EINVAL, "exec",
+                             "%s is on stream %d, not on its device's compute stream %d",
+                             ps_node_name(g, v, a, sizeof(a)), (int)x->xstream[v],
+                             (int)x->compute_of[gdev_of_part(x, nd->part)]);
+        }
+    }
     for (uint32_t v = 0; !rc && v < N; v++) {
         x->wait_off[v] = nw;
         int32_t sv = x->xstream[v];
@@ -694,11 +653,13 @@ static int setup_buffers(struct xc *x, const struct ps_data *dt)
     x->grad = calloc(na, sizeof(float *));
     x->pgrad = calloc(na, sizeof(float *));
     x->saved = calloc(ns, sizeof(struct saved));
+    x->live = calloc(ns ? ns : 1, sizeof(bool));
     x->lay = calloc((size_t)L, sizeof(struct dlayer));
     x->loss_done = calloc((size_t)m, sizeof(bool));
     x->mb_off = calloc((size_t)m, sizeof(int64_t));
     x->h_loss = calloc((size_t)m, sizeof(double));
-    if (!x->act || !x->pact || !x->grad || !x->pgrad || !x->saved || !x->lay || !x->loss_done ||
+    if (!x->act || !x->pact || !x->grad || !x->pgrad || !x->saved || !x->live || !x->lay ||
+        !x->loss_done ||
         !x->mb_off || !x->h_loss)
         return ps_diag_set(x->d, -ENOMEM, "exec", "out of memory");
     int gl = x->gpu_of_dev[gdev_of_part(x, x->n - 1)], g0 = x->gpu_of_dev[gdev_of_part(x, 0)];
@@ -772,7 +733,7 @@ static int setup_buffers(struct xc *x, const struct ps_data *dt)
         }
         if (!rc && ly->op == PS_OP_CONV2D) {
             struct ps_conv2d_shape cs;
-            conv_shape(&cs, ly, li, (size_t)mbmax);
+            ps_exec_conv_shape(&cs, ly, li, (size_t)mbmax);
             size_t want = ps_cuda_conv2d_workspace(&cs, (size_t)mbmax);
             size_t one = ps_cuda_conv2d_workspace(&cs, 1), cap = (size_t)256 << 20;
             if (want > cap) want = one > cap ? one : cap - cap % (one ? one : 1);
@@ -870,6 +831,7 @@ static void free_all(struct xc *x)
     free(x->grad);
     free(x->pgrad);
     free(x->saved);
+    free(x->live);
     free(x->lay);
     free(x->loss_done);
     free(x->mb_off);
@@ -1025,8 +987,7 @@ int ps_exec_cuda_run(const struct ps_graph *g, const struct ps_order *order,
         o = &defo;
     }
     const struct ps_spec *spec = g->spec;
-    const struct ps_model *model = g->model;
-    if (!spec || !model)
+    if (!spec || !g->model)
         return ps_diag_set(d, -EINVAL, "exec", "the graph has no spec or model to run");
     for (uint32_t v = 0; v < g->n_nodes; v++)
         if (g->nodes[v].kind == PS_NODE_WGRAD)
@@ -1034,20 +995,15 @@ int ps_exec_cuda_run(const struct ps_graph *g, const struct ps_order *order,
                                "the cuda executor does not split backward into B and W (zb-h1)");
     int rc = ps_exec_cuda_available(d);
     if (rc) return rc;
-    struct ps_order own;
-    memset(&own, 0, sizeof(own));
-    if (!order) {
-        if ((rc = ps_engine_order(g, &own, d))) {
-            ps_order_finish(&own);
-            return rc;
-        }
-        order = &own;
-    }
+    struct ps_exec_setup su;
+    rc = ps_exec_setup(&su, g, order, o, PS_TRACE_CUDA, res, d);
+    order = su.order;
+    int steps = su.steps;
     struct xc x;
     memset(&x, 0, sizeof(x));
     x.g = g;
     x.spec = spec;
-    x.model = model;
+    x.model = g->model;
     x.co = co;
     x.res = res;
     x.d = d;
@@ -1057,23 +1013,13 @@ int ps_exec_cuda_run(const struct ps_graph *g, const struct ps_order *order,
     x.chunks = spec->chunks;
     x.batch = spec->batch;
     x.mb_size = spec->mb_size;
-    int steps = o->steps > 0 ? o->steps : spec->steps;
-    ps_trace_init(&res->trace, PS_TRACE_CUDA);
-    res->steps = steps;
-    res->loss = calloc((size_t)steps, sizeof(double));
-    res->step_us = calloc((size_t)steps, sizeof(double));
     x.part_of = malloc((size_t)x.L * sizeof(int));
-    struct ps_data dt;
-    memset(&dt, 0, sizeof(dt));
-    if (!res->loss || !res->step_us || !x.part_of)
-        rc = ps_diag_set(d, -ENOMEM, "exec", "out of memory");
+    if (!rc && !x.part_of) rc = ps_diag_set(d, -ENOMEM, "exec", "out of memory");
     for (int j = 0; !rc && j < x.n; j++)
         for (int l = spec->first_layer[j]; l < spec->first_layer[j] + spec->balance[j]; l++)
             x.part_of[l] = j;
-    if (!rc) rc = ps_state_init(&res->state, spec, model, spec->seed, d);
-    if (!rc) rc = ps_data_load(spec, model, (int64_t)steps * spec->batch, &dt, d);
     if (!rc) rc = setup_devices(&x);
-    if (!rc) rc = setup_buffers(&x, &dt);
+    if (!rc) rc = setup_buffers(&x, &su.data);
     if (!rc) rc = plan_waits(&x, order);
     if (!rc) rc = zero_grads(&x);
     if (!rc) rc = ps_cuda_sync_all(d);
@@ -1082,11 +1028,14 @@ int ps_exec_cuda_run(const struct ps_graph *g, const struct ps_order *order,
     for (int s = 0; s < steps && !rc; s++) {
         x.step = s;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        ps_data_batch(&dt, s, x.batch, x.h_x, x.h_labels, x.h_rows);
+        ps_data_batch(&su.data, s, x.batch, x.h_x, x.h_labels, x.h_rows);
         for (int i = 0; i < x.m; i++) x.loss_done[i] = false;
+        memset(x.live, 0, (size_t)x.m * (size_t)x.L * sizeof(bool));
         bool traced = o->trace && s == steps - 1;
         if (traced) rc = ps_cupti_start(&x.tracer, d);
-        for (uint32_t k = 0; k < order->n && !rc; k++) rc = run_node(&x, order->node[k]);
+        for (uint32_t k = 0; k < order->n && !rc; k++)
+            if (!o->forward_only || g->nodes[order->node[k]].phase == PS_PHASE_FWD)
+                rc = run_node(&x, order->node[k]);
         if (x.tracer) {
             struct ps_cupti_result cr;
             int rc2 = ps_cupti_stop(x.tracer, &cr, rc ? NULL : d);
@@ -1100,20 +1049,16 @@ int ps_exec_cuda_run(const struct ps_graph *g, const struct ps_order *order,
             }
             ps_cupti_result_finish(&cr);
         }
-        if (!rc) rc = sgd_all(&x);
+        if (!rc && !o->forward_only) rc = sgd_all(&x);
         bool last = s == steps - 1;
         if (!rc) rc = ps_cuda_sync_all(d);
         if (!rc) rc = collect_step(&x, &res->loss[s]);
         if (!rc && last) rc = copy_state_back(&x); /* grads of the last step, as the cpu */
         if (!rc && !last) rc = zero_grads(&x);
-        res->step_us[s] = now_us(&t0);
-        if (!rc && !isfinite(res->loss[s])) {
-            rc = ps_diag_set(d, -ERANGE, spec->path, "step %d: the loss is %s", s,
-                             isnan(res->loss[s]) ? "NaN" : "infinite");
-            ps_diag_hint(d, "lower train.lr");
-        }
+        res->step_us[s] = ps_exec_now_us(&t0);
+        if (!rc) rc = ps_exec_check_loss(res, s, spec, d);
     }
-    res->total_us = now_us(&run0);
+    res->total_us = ps_exec_now_us(&run0);
     if (x.tracer) { /* an error left it running */
         struct ps_cupti_result cr;
         (void)ps_cupti_stop(x.tracer, &cr, NULL);
@@ -1125,8 +1070,7 @@ int ps_exec_cuda_run(const struct ps_graph *g, const struct ps_order *order,
         stats->waits = x.n_waits;
     }
     free_all(&x);
-    ps_data_finish(&dt);
-    ps_order_finish(&own);
+    ps_exec_setup_finish(&su);
     if (rc) ps_exec_result_finish(res);
     return rc;
 }

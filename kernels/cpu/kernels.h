@@ -169,6 +169,9 @@ void ps_cpu_loss_sum_backward(float *dy, size_t count, float g);
 /* mse (PyTorch reduction 'mean' over ALL elements): L = mean((y - t)^2); dy = g*2(y-t)/count. */
 double ps_cpu_loss_mse_forward(const float *y, const float *t, size_t count);
 void ps_cpu_loss_mse_backward(const float *y, const float *t, float *dy, size_t count, float g);
+/* -EINVAL with diag naming the first label outside [0, k) (or an empty input); 0 otherwise.
+ * The cross-entropy functions check with it; the cuda executor checks its host labels too. */
+int ps_cpu_loss_check_labels(const int64_t *labels, size_t n, size_t k, struct ps_diag *d);
 /* cross_entropy over logits [N,K] and labels in [0,K): L = mean_i -log_softmax(z_i)[label_i];
  * dz = g (softmax(z) - onehot) / N. A label out of range is -EINVAL; *loss gets L. */
 int ps_cpu_loss_cross_entropy_forward(const float *z, const int64_t *labels, size_t n, size_t k,

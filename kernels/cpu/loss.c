@@ -44,7 +44,7 @@ void ps_cpu_loss_mse_backward(const float *y, const float *t, float *dy, size_t 
     for (size_t i = 0; i < count; i++) dy[i] = (float)(k * ((double)y[i] - t[i]));
 }
 
-static int check_labels(const int64_t *labels, size_t n, size_t k, struct ps_diag *d)
+int ps_cpu_loss_check_labels(const int64_t *labels, size_t n, size_t k, struct ps_diag *d)
 {
     if (n == 0 || k == 0)
         return ps_diag_set(d, -EINVAL, "cross_entropy", "empty input: %zu samples, %zu classes", n,
@@ -72,7 +72,7 @@ static double logsumexp(const float *z, size_t k, double *max_out)
 int ps_cpu_loss_cross_entropy_forward(const float *z, const int64_t *labels, size_t n, size_t k,
                                       double *loss, struct ps_diag *d)
 {
-    int rc = check_labels(labels, n, k, d);
+    int rc = ps_cpu_loss_check_labels(labels, n, k, d);
     if (rc < 0) return rc;
     double s = 0.0, mx;
     for (size_t i = 0; i < n; i++) {
@@ -86,7 +86,7 @@ int ps_cpu_loss_cross_entropy_forward(const float *z, const int64_t *labels, siz
 int ps_cpu_loss_cross_entropy_backward(const float *z, const int64_t *labels, float *dz,
                                        size_t n, size_t k, float g, struct ps_diag *d)
 {
-    int rc = check_labels(labels, n, k, d);
+    int rc = ps_cpu_loss_check_labels(labels, n, k, d);
     if (rc < 0) return rc;
     double scale = (double)g / (double)n, mx;
     for (size_t i = 0; i < n; i++) {
