@@ -244,11 +244,13 @@ int ps_graph_build(const struct ps_spec *spec, const struct ps_model *model,
     int m = spec->mb_count, n = spec->n_partitions;
     uint64_t est_nodes, est_edges;
     ps_graph_estimate(m, n, opts->checkpoint, &est_nodes, &est_edges);
-    if (est_nodes > PS_GRAPH_MAX_NODES)
-        return ps_diag_set(diag, -E2BIG, spec->path,
-                           "%d micro-batches x %d partitions would need %.3g graph nodes; the "
-                           "limit is %u",
-                           m, n, (double)est_nodes, PS_GRAPH_MAX_NODES);
+    if (est_nodes > PS_GRAPH_MAX_NODES) {
+        ps_diag_set(diag, -E2BIG, spec->path,
+                    "%d micro-batches x %d partitions would need %.3g graph nodes; the limit is %u",
+                    m, n, (double)est_nodes, PS_GRAPH_MAX_NODES);
+        ps_diag_hint(diag, "use fewer chunks or partitions");
+        return -E2BIG;
+    }
     char what[160];
     snprintf(what, sizeof(what), "the graph of %d micro-batches x %d partitions (%.3g nodes)", m,
              n, (double)est_nodes);

@@ -3,8 +3,10 @@
 # check` and `pipescope graph` exit 2 with exactly one stderr line, "pipescope: " + the
 # expected error of n_*.err, and write no output file (the --json/--dot/--svg targets must not
 # exist afterwards). Every tests/corpus/cli/n_*.args (command-line arguments, one per line,
-# @SPEC standing for a valid spec) must exit 2 with the line in n_*.err.
+# @SPEC standing for a valid spec, @ROOT/ for the source tree, @TMP/ for a scratch folder, and
+# "@ENV NAME=VALUE" lines setting the environment) must exit 2 with the line in n_*.err.
 set -u
+export PIPESCOPE_MEM_LIMIT=16G # error lines that quote the memory limit do not depend on the machine
 bin=${PIPESCOPE:?PIPESCOPE not set}
 root=${PS_SOURCE_ROOT:?PS_SOURCE_ROOT not set}
 tmp=$(mktemp -d)
@@ -36,16 +38,20 @@ done
 cd "$root/tests/corpus/cli" || exit 1
 for f in n_*.args; do
     total=$((total + 1))
-    want=$(cat "${f%.args}.err")
+    want=$(sed "s|@SPEC|$root/examples/small-3x3.json|g; s|@ROOT|$root|g; s|@TMP|$tmp|g" "${f%.args}.err")
     set --
+    envs=""
     while IFS= read -r a; do
         case "$a" in
         @SPEC) a="$root/examples/small-3x3.json" ;;
         @TMP/*) a="$tmp/${a#@TMP/}" ;;
+        @ROOT/*) a="$root/${a#@ROOT/}" ;;
+        "@ENV "*) envs="$envs ${a#@ENV }"; continue ;;
         esac
         set -- "$@" "$a"
     done <"$f"
-    "$bin" "$@" >/dev/null 2>"$tmp/err"
+    # shellcheck disable=SC2086
+    env $envs "$bin" "$@" >/dev/null 2>"$tmp/err"
     rc=$?
     got=$(head -n 1 "$tmp/err")
     [ $rc -eq 2 ] || { fail "$f: exit $rc, expected 2 ($got)"; continue; }

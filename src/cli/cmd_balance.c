@@ -35,9 +35,18 @@ int ps_cmd_balance(struct ps_cli *cli)
     double cap = 0;
     for (int k = 0; k < cli->argc; k++) {
         if ((v = ps_cli_arg(cli, &k, "--by"))) by = v;
-        else if ((v = ps_cli_arg(cli, &k, "--partitions"))) P = atoi(v);
-        else if ((v = ps_cli_arg(cli, &k, "--memory-cap"))) cap = strtod(v, NULL);
-        else if ((v = ps_cli_arg(cli, &k, "--costs"))) costs_path = v;
+        else if ((v = ps_cli_arg(cli, &k, "--partitions"))) {
+            char *end;
+            long x = strtol(v, &end, 10);
+            if (end == v || *end || x < 1 || x > 4096)
+                return ps_cli_usage(cli, "--partitions must be an integer in 1..4096, not '%s'", v);
+            P = (int)x;
+        } else if ((v = ps_cli_arg(cli, &k, "--memory-cap"))) {
+            char *end;
+            cap = strtod(v, &end);
+            if (end == v || *end || !(cap > 0) || cap > 1e30)
+                return ps_cli_usage(cli, "--memory-cap must be a number of bytes > 0, not '%s'", v);
+        } else if ((v = ps_cli_arg(cli, &k, "--costs"))) costs_path = v;
         else return ps_cli_usage(cli, "unknown option '%s'", cli->argv[k]);
     }
     bool bymem = !strcmp(by, "memory");

@@ -138,6 +138,13 @@ int ps_cmd_sweep(struct ps_cli *cli)
                 ps_simrun_finish(&run);
             }
     if (cli->verbosity >= 0) fprintf(stderr, "\rsweep: %d configurations done.%20s\n", total, "");
+    int n_ok = 0;
+    for (int k = 0; k < total; k++) n_ok += rows[k].ok;
+    if (n_ok == 0) {
+        /* nothing to report: the last configuration's error says why */
+        code = ps_cli_fail(&d, PS_EXIT_INPUT);
+        goto out;
+    }
     cJSON *root = NULL;
     if (cli->json || cli->outdir) {
         root = ps_report_new();
