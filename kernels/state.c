@@ -24,15 +24,10 @@
 #include <dirent.h>
 
 #include "npy.h"
+#include "rng.h"
 
 /* uniform in [0, 1) keyed by (seed, stream, index): splitmix64 finaliser */
-static uint64_t mix64(uint64_t z)
-{
-    z += UINT64_C(0x9e3779b97f4a7c15);
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
-}
+#define mix64 ps_rng_splitmix64
 
 static double uni(uint64_t seed, uint64_t stream, uint64_t index)
 {

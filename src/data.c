@@ -21,16 +21,11 @@
 
 #include "memlimit.h"
 #include "npy.h"
+#include "rng.h"
 
 /* ---- synthetic ------------------------------------------------------------------------- */
 
-static uint64_t mix64(uint64_t z)
-{
-    z += UINT64_C(0x9e3779b97f4a7c15);
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
-}
+#define mix64 ps_rng_splitmix64
 
 /* uniform in (0, 1) with 53 random bits, keyed by (seed, stream, index) */
 static double uni(uint64_t seed, uint64_t stream, uint64_t index)

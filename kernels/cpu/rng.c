@@ -11,15 +11,10 @@
  * 1-p, scale 1/(1-p)) and the recompute-determinism match.
  */
 #include "cpu/kernels.h"
+#include "rng.h"
 
-#define GOLDEN UINT64_C(0x9E3779B97F4A7C15)
-
-static uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-    return z ^ (z >> 31);
-}
+#define GOLDEN PS_RNG_GOLDEN
+#define mix64 ps_rng_mix64
 
 static uint64_t stream_key(uint64_t seed, uint64_t stream)
 {
