@@ -89,3 +89,35 @@ write("n_no_shape.npy", raw_npy("{'descr': '<f4', 'fortran_order': False, }"),
       "n_no_shape.npy: bad header: no 'shape' key")
 write("n_empty.npy", b"", "n_empty.npy: not a .npy file (bad magic: expected \\x93NUMPY)"
       " (hint: write it with numpy.save)")
+
+# ---- issue [hardening]: header grammar and limits ----------------------------------------------
+H = "{'descr': '<f4', 'fortran_order': False, 'shape': %s, }"
+write("n_negative_dim.npy", raw_npy(H % "(-1, 3)"),
+      "n_negative_dim.npy: bad header: expected a non-negative integer dimension near "
+      "\"-1, 3), }       \"")
+write("n_too_many_dims.npy", raw_npy(H % "(1, 1, 1, 1, 1, 1, 1, 1, 1)", b"\0" * 4),
+      "n_too_many_dims.npy: more than 8 dimensions")
+write("n_descr_missing.npy", raw_npy("{'fortran_order': False, 'shape': (2,), }", b"\0" * 8),
+      "n_descr_missing.npy: bad header: no 'descr' key")
+write("n_descr_not_string.npy",
+      raw_npy("{'descr': 4, 'fortran_order': False, 'shape': (2,), }", b"\0" * 8),
+      "n_descr_not_string.npy: bad header: expected a quoted string near \"4, 'fortran_orde\"")
+write("n_fortran_not_bool.npy",
+      raw_npy("{'descr': '<f4', 'fortran_order': 0, 'shape': (2,), }", b"\0" * 8),
+      "n_fortran_not_bool.npy: bad header: expected True or False near \"0, 'shape': (2,)\"")
+write("n_shape_list.npy", raw_npy(H % "[2]", b"\0" * 8),
+      "n_shape_list.npy: bad header: expected a shape tuple '(' near \"[2], }          \"")
+write("n_unterminated.npy",
+      raw_npy("{'descr': '<f4', 'fortran_order': False, 'shape': (2,)", b"\0" * 8),
+      "n_unterminated.npy: bad header: expected ',' or '}', found the end")
+write("n_unknown_key.npy",
+      raw_npy("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'x': 1, }", b"\0" * 8),
+      "n_unknown_key.npy: bad header: unknown key 'x'")
+# a repeated key: the last one wins, as in numpy's own reader (ast.literal_eval)
+write("n_duplicate_key_last_wins.npy",
+      raw_npy("{'descr': '<f4', 'descr': '<f8', 'fortran_order': False, 'shape': (2,), }",
+              b"\0" * 8),
+      "n_duplicate_key_last_wins.npy: truncated data: expected 16 bytes for shape (2,) of "
+      "'<f8', found 8")
+write("n_header_len_past_end.npy", b"\x93NUMPY\x01\x00\xff\xff{'descr': '<f4'}",
+      "n_header_len_past_end.npy: truncated header: expected 65545 bytes, found 26")
