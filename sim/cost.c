@@ -1,6 +1,7 @@
 /* cost: the roofline cost model of a node and measured per-layer costs (see cost.h and
  * sim/COSTS.md). */
 #include "cost.h"
+#include "memlimit.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -244,6 +245,11 @@ int ps_costs_load(const char *path, struct ps_costs **out, struct ps_diag *diag)
     *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f) return ps_diag_set(diag, -errno, path, "cannot open: %s", strerror(errno));
+    int mrc = ps_memlimit_check_file(f, path, 8.0, diag); /* text + cJSON tree */
+    if (mrc) {
+        fclose(f);
+        return mrc;
+    }
     char *buf = NULL;
     size_t n = 0, cap = 0;
     for (;;) {

@@ -30,7 +30,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 static const char MAGIC[6] = {'\x93', 'N', 'U', 'M', 'P', 'Y'};
 
@@ -345,17 +344,10 @@ int ps_npy_load(const char *path, enum ps_npy_kind want, struct ps_npy *out, str
         int e = errno;
         return ps_diag_set(d, -e, path, "cannot open: %s", strerror(e));
     }
-    struct stat st;
-    if (fstat(fileno(f), &st) == 0) {
-        int rc = S_ISDIR(st.st_mode)
-                     ? ps_diag_set(d, -EISDIR, path, "cannot read: %s", strerror(EISDIR))
-                     /* the file, and its elements converted */
-                     : ps_memlimit_check(3.0 * (double)st.st_size, path, "reading this file",
-                                         "use a smaller file", d);
-        if (rc) {
-            fclose(f);
-            return rc;
-        }
+    int mrc = ps_memlimit_check_file(f, path, 3.0, d); /* the file, its elements converted */
+    if (mrc) {
+        fclose(f);
+        return mrc;
     }
     size_t cap = 1 << 16, len = 0;
     unsigned char *buf = malloc(cap);

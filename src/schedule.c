@@ -17,6 +17,7 @@
  * pure function of (S, m).
  */
 #include "schedule.h"
+#include "memlimit.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -273,6 +274,11 @@ int ps_schedule_plan_load(const char *path, const struct ps_spec *spec, struct p
     memset(out, 0, sizeof(*out));
     FILE *f = fopen(path, "rb");
     if (!f) return ps_diag_set(diag, -errno, path, "cannot open: %s", strerror(errno));
+    int mrc = ps_memlimit_check_file(f, path, 8.0, diag); /* text + cJSON tree */
+    if (mrc) {
+        fclose(f);
+        return mrc;
+    }
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap);
     size_t r;

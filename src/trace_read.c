@@ -9,6 +9,7 @@
  * skew a comparison) and lenient for the rest: the profiler's own events are only counted.
  */
 #include "trace_read.h"
+#include "memlimit.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -310,6 +311,11 @@ int ps_trace_read(const char *path, const struct ps_graph *g, struct ps_trace *o
     ps_trace_init(out, PS_TRACE_IMPORTED);
     FILE *f = fopen(path, "rb");
     if (!f) return ps_diag_set(diag, -errno, path, "cannot open: %s", strerror(errno));
+    int mrc = ps_memlimit_check_file(f, path, 8.0, diag); /* text + cJSON tree */
+    if (mrc) {
+        fclose(f);
+        return mrc;
+    }
     char *buf = NULL;
     size_t n = 0, cap = 0;
     for (;;) {
