@@ -37,8 +37,9 @@ int ps_analysis_topo(const struct ps_graph *g, uint32_t *order, uint32_t **cycle
                      uint32_t *cycle_len)
 {
     uint32_t nv = g->n_nodes;
-    uint32_t *indeg = calloc((size_t)nv + 1, sizeof(uint32_t));
+    uint32_t *indeg = ps_graph_big_alloc(((size_t)nv + 1) * sizeof(uint32_t));
     if (!indeg) return -ENOMEM;
+    memset(indeg, 0, ((size_t)nv + 1) * sizeof(uint32_t));
     for (uint32_t e = 0; e < g->n_edges; e++)
         if (hb_edge(&g->edges[e])) indeg[g->edges[e].dst]++;
     uint32_t head = 0, tail = 0;
@@ -109,11 +110,12 @@ struct ps_hb *ps_hb_create(const struct ps_graph *g)
     uint32_t nv = g->n_nodes;
     if (!h) return NULL;
     h->g = g;
-    h->rank = malloc(((size_t)nv + 1) * sizeof(uint32_t));
-    h->stamp = calloc((size_t)nv + 1, sizeof(uint32_t));
-    h->queue = malloc(((size_t)nv + 1) * sizeof(uint32_t));
-    h->depth = malloc((size_t)nv + 1);
-    uint32_t *order = malloc(((size_t)nv + 1) * sizeof(uint32_t));
+    h->rank = ps_graph_big_alloc(((size_t)nv + 1) * sizeof(uint32_t));
+    h->stamp = ps_graph_big_alloc(((size_t)nv + 1) * sizeof(uint32_t));
+    h->queue = ps_graph_big_alloc(((size_t)nv + 1) * sizeof(uint32_t));
+    h->depth = ps_graph_big_alloc((size_t)nv + 1);
+    uint32_t *order = ps_graph_big_alloc(((size_t)nv + 1) * sizeof(uint32_t));
+    if (h->stamp) memset(h->stamp, 0, ((size_t)nv + 1) * sizeof(uint32_t));
     uint32_t *cyc = NULL, clen = 0;
     if (!h->rank || !h->stamp || !h->queue || !h->depth || !order ||
         ps_analysis_topo(g, order, &cyc, &clen) != 0) {
@@ -371,7 +373,7 @@ int ps_analysis_run(const struct ps_graph *g, const struct ps_order *order, cons
     memset(a, 0, sizeof(*a));
     a->ok = true;
     a->v = calloc(PS_ANALYSIS_MAX_KEPT, sizeof(*a->v));
-    uint32_t *topo = malloc(((size_t)g->n_nodes + 1) * sizeof(uint32_t));
+    uint32_t *topo = ps_graph_big_alloc(((size_t)g->n_nodes + 1) * sizeof(uint32_t));
     if (!a->v || !topo) {
         free(topo);
         return ps_diag_set(diag, -ENOMEM, "analysis", "out of memory");

@@ -25,6 +25,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+
+/* Big arrays (the graph at n=64, m=1024 is ~250 MB) are backed by transparent huge pages when
+ * the kernel offers them on request: first touches then fault 2 MiB at a time instead of 4 KiB,
+ * which was a quarter of build + check. */
+void *ps_graph_big_alloc(size_t bytes)
+{
+    const size_t huge = (size_t)2 << 20;
+    if (bytes < 2 * huge) return malloc(bytes ? bytes : 1);
+    size_t size = (bytes + huge - 1) & ~(huge - 1);
+    void *p = aligned_alloc(huge, size);
+    if (p) madvise(p, size, MADV_HUGEPAGE);
+    return p;
+}
 
 static void *grow(void *p, uint32_t *cap, uint32_t need, size_t elem)
 {
@@ -103,10 +117,12 @@ int ps_graph_finalize(struct ps_graph *g)
     free(g->in_off);
     free(g->in_edge);
     uint32_t nv = g->n_nodes, ne = g->n_edges;
-    g->out_off = calloc((size_t)nv + 1, sizeof(uint32_t));
-    g->in_off = calloc((size_t)nv + 1, sizeof(uint32_t));
-    g->out_edge = malloc(((size_t)ne + 1) * sizeof(uint32_t));
-    g->in_edge = malloc(((size_t)ne + 1) * sizeof(uint32_t));
+    g->out_off = ps_graph_big_alloc(((size_t)nv + 1) * sizeof(uint32_t));
+    g->in_off = ps_graph_big_alloc(((size_t)nv + 1) * sizeof(uint32_t));
+    g->out_edge = ps_graph_big_alloc(((size_t)ne + 1) * sizeof(uint32_t));
+    g->in_edge = ps_graph_big_alloc(((size_t)ne + 1) * sizeof(uint32_t));
+    if (g->out_off) memset(g->out_off, 0, ((size_t)nv + 1) * sizeof(uint32_t));
+    if (g->in_off) memset(g->in_off, 0, ((size_t)nv + 1) * sizeof(uint32_t));
     if (!g->out_off || !g->in_off || !g->out_edge || !g->in_edge) return -ENOMEM;
     for (uint32_t e = 0; e < ne; e++) {
         g->out_off[g->edges[e].src + 1]++;
@@ -264,8 +280,14 @@ int ps_graph_build(const struct ps_spec *spec, const struct ps_model *model,
     struct ps_graph *g = ps_graph_create(spec, model, opts, m, n);
     if (!g) return ps_diag_set(diag, -ENOMEM, spec->path, "out of memory building the graph");
     /* reserve the estimate (an upper bound) once instead of growing by doubling */
-    g->nodes = grow(g->nodes, &g->cap_nodes, (uint32_t)est_nodes, sizeof(*g->nodes));
-    g->edges = grow(g->edges, &g->cap_edges, (uint32_t)(est_edges + est_nodes), sizeof(*g->edges));
+    g->nodes = ps_graph_big_alloc((size_t)est_nodes * sizeof(*g->nodes));
+    g->edges = ps_graph_big_alloc((size_t)(est_edges + est_nodes) * sizeof(*g->edges));
+    if (!g->nodes || !g->edges) {
+        ps_graph_destroy(g);
+        return ps_diag_set(diag, -ENOMEM, spec->path, "out of memory building the graph");
+    }
+    g->cap_nodes = (uint32_t)est_nodes;
+    g->cap_edges = (uint32_t)(est_edges + est_nodes);
     struct builder b = {0};
     b.g = g;
     b.seq = calloc((size_t)spec->n_devices + 1, sizeof(*b.seq));

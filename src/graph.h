@@ -151,6 +151,9 @@ int ps_graph_finalize(struct ps_graph *g); /* builds CSR; 0 or -ENOMEM */
 int ps_graph_filter_edges(struct ps_graph *g, bool (*keep)(const struct ps_edge *, void *),
                           void *ctx);
 
+/* malloc for big arrays, on transparent huge pages where the kernel allows (free with free()). */
+void *ps_graph_big_alloc(size_t bytes);
+
 /* Checks the structural invariants G1-G5. Returns 0 or -EINVAL with diag. */
 int ps_graph_validate(const struct ps_graph *g, struct ps_diag *diag);
 
