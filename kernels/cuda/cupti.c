@@ -114,6 +114,22 @@ static int64_t rel(const struct ps_cupti *t, uint64_t ts)
     return (int64_t)(ts - t->t0);
 }
 
+/* The fields every timed record has, whatever its struct version: correlation id and start/end
+ * timestamps (relative to the trace start); device records also have device and stream. */
+#define TIMED(r, kind_, rec)                                                                       \
+    do {                                                                                           \
+        (r)->kind = (kind_);                                                                       \
+        (r)->correlation = (rec)->correlationId;                                                   \
+        (r)->start_ns = rel(t, (rec)->start);                                                      \
+        (r)->end_ns = rel(t, (rec)->end);                                                          \
+    } while (0)
+#define ON_DEVICE(r, kind_, rec)                                                                   \
+    do {                                                                                           \
+        TIMED(r, kind_, rec);                                                                      \
+        (r)->device = (rec)->deviceId;                                                             \
+        (r)->stream = (rec)->streamId;                                                             \
+    } while (0)
+
 static void parse(struct ps_cupti *t, CUpti_Activity *a)
 {
     struct ps_cupti_rec *r;
@@ -122,68 +138,42 @@ static void parse(struct ps_cupti *t, CUpti_Activity *a)
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
         const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)a;
         if (!(r = add_rec(t))) return;
-        r->kind = PS_CUPTI_KERNEL;
-        r->device = k->deviceId;
-        r->stream = k->streamId;
-        r->correlation = k->correlationId;
-        r->start_ns = rel(t, k->start);
-        r->end_ns = rel(t, k->end);
+        ON_DEVICE(r, PS_CUPTI_KERNEL, k);
         r->name = k->name ? strdup(k->name) : NULL;
         break;
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY: {
         const CUpti_ActivityMemcpy6 *m = (const CUpti_ActivityMemcpy6 *)a;
         if (!(r = add_rec(t))) return;
-        r->kind = PS_CUPTI_MEMCPY;
-        r->device = m->deviceId;
-        r->stream = m->streamId;
-        r->correlation = m->correlationId;
-        r->start_ns = rel(t, m->start);
-        r->end_ns = rel(t, m->end);
+        ON_DEVICE(r, PS_CUPTI_MEMCPY, m);
         r->bytes = m->bytes;
         break;
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY2: {
         const CUpti_ActivityMemcpyPtoP4 *m = (const CUpti_ActivityMemcpyPtoP4 *)a;
         if (!(r = add_rec(t))) return;
-        r->kind = PS_CUPTI_MEMCPY_PEER;
-        r->device = m->deviceId;
-        r->stream = m->streamId;
-        r->correlation = m->correlationId;
-        r->start_ns = rel(t, m->start);
-        r->end_ns = rel(t, m->end);
+        ON_DEVICE(r, PS_CUPTI_MEMCPY_PEER, m);
         r->bytes = m->bytes;
         break;
     }
     case CUPTI_ACTIVITY_KIND_MEMSET: {
         const CUpti_ActivityMemset4 *m = (const CUpti_ActivityMemset4 *)a;
         if (!(r = add_rec(t))) return;
-        r->kind = PS_CUPTI_MEMSET;
-        r->device = m->deviceId;
-        r->stream = m->streamId;
-        r->correlation = m->correlationId;
-        r->start_ns = rel(t, m->start);
-        r->end_ns = rel(t, m->end);
+        ON_DEVICE(r, PS_CUPTI_MEMSET, m);
         r->bytes = m->bytes;
         break;
     }
     case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
         const CUpti_ActivitySynchronization2 *s = (const CUpti_ActivitySynchronization2 *)a;
         if (!(r = add_rec(t))) return;
-        r->kind = PS_CUPTI_SYNC;
+        TIMED(r, PS_CUPTI_SYNC, s);
         r->stream = s->streamId;
-        r->correlation = s->correlationId;
-        r->start_ns = rel(t, s->start);
-        r->end_ns = rel(t, s->end);
         break;
     }
     case CUPTI_ACTIVITY_KIND_RUNTIME: {
         const CUpti_ActivityAPI *api = (const CUpti_ActivityAPI *)a;
         if (!(r = add_rec(t))) return;
-        r->kind = PS_CUPTI_RUNTIME;
-        r->correlation = api->correlationId;
-        r->start_ns = rel(t, api->start);
-        r->end_ns = rel(t, api->end);
+        TIMED(r, PS_CUPTI_RUNTIME, api);
         break;
     }
     case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {
