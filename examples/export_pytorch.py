@@ -99,38 +99,60 @@ def save_state(seq, folder):
 # ---- torchgpipe's micro-batching, for the comparison -------------------------------------------
 
 class DeferredBatchNorm(nn.modules.batchnorm._BatchNorm):
-    """torchgpipe.batchnorm.DeferredBatchNorm (2D input allowed), sharing the module's tensors."""
+    """torchgpipe.batchnorm.DeferredBatchNorm line for line (float32 sums; 2D input allowed),
+    wrapping `bn` and sharing its parameters and running statistics."""
 
     def __init__(self, bn, chunks):
         super().__init__(bn.num_features, bn.eps, bn.momentum, bn.affine, True)
-        self.weight, self.bias = bn.weight, bn.bias
-        self.running_mean, self.running_var = bn.running_mean, bn.running_var
-        self.num_batches_tracked = bn.num_batches_tracked
-        self.register_buffer('sum', torch.zeros_like(self.running_mean, dtype=torch.float64))
-        self.register_buffer('sum_squares', torch.zeros_like(self.running_var, dtype=torch.float64))
-        self.counter, self.tracked, self.chunks = 0, 0, chunks
+        self.register_parameter('weight', bn.weight)
+        self.register_parameter('bias', bn.bias)
+        self.register_buffer('running_mean', bn.running_mean)
+        self.register_buffer('running_var', bn.running_var)
+        self.register_buffer('num_batches_tracked', bn.num_batches_tracked)
+        self.register_buffer('sum', torch.zeros_like(self.running_mean))
+        self.register_buffer('sum_squares', torch.zeros_like(self.running_var))
+        self.counter = 0
+        self.tracked = 0
+        self.chunks = chunks
 
-    def forward(self, x):
+    def _check_input_dim(self, input):
+        pass
+
+    def _track(self, input):
+        dim = [0]
+        dim.extend(range(2, input.dim()))
+        with torch.no_grad():
+            self.sum += input.sum(dim)
+            self.sum_squares += (input**2).sum(dim)
+        size = input.size().numel() // input.size(1)
+        self.counter += size
+        self.tracked += 1
+        return (self.tracked == self.chunks)
+
+    def _commit(self):
+        self.num_batches_tracked += 1
+        if self.momentum is None:
+            exponential_average_factor = 1.0 / float(self.num_batches_tracked)
+        else:
+            exponential_average_factor = self.momentum
+        mean = self.sum / self.counter
+        var = self.sum_squares / self.counter - mean**2
+        m = exponential_average_factor
+        self.running_mean *= 1 - m
+        self.running_mean += mean * m
+        self.running_var *= 1 - m
+        self.running_var += var * m
+        self.sum.zero_()
+        self.sum_squares.zero_()
+        self.counter = 0
+        self.tracked = 0
+
+    def forward(self, input):
         if not RECOMPUTING[0]:
-            dim = [0] + list(range(2, x.dim()))
-            with torch.no_grad():
-                self.sum += x.double().sum(dim)
-                self.sum_squares += (x.double() ** 2).sum(dim)
-            self.counter += x.numel() // x.size(1)
-            self.tracked += 1
-            if self.tracked == self.chunks:
-                with torch.no_grad():
-                    self.num_batches_tracked += 1
-                    a = self.momentum if self.momentum is not None \
-                        else 1.0 / float(self.num_batches_tracked)
-                    mean = self.sum / self.counter
-                    var = self.sum_squares / self.counter - mean ** 2
-                    self.running_mean.mul_(1 - a).add_((mean * a).float())
-                    self.running_var.mul_(1 - a).add_((var * a).float())
-                    self.sum.zero_()
-                    self.sum_squares.zero_()
-                self.counter = self.tracked = 0
-        return F.batch_norm(x, None, None, self.weight, self.bias, True, 0.0, self.eps)
+            if self._track(input):
+                self._commit()
+        return F.batch_norm(input, running_mean=None, running_var=None, weight=self.weight,
+                            bias=self.bias, training=True, momentum=0.0, eps=self.eps)
 
 
 def patch_batchnorm(seq):
@@ -149,9 +171,12 @@ def patch_batchnorm(seq):
             m.register_forward_hook(post)
 
 
-def train_pipeline(seq, X, Y, batch, balance, chunks, checkpoint, policy, steps, lr):
+def train_pipeline(seq, X, Y, batch, balance, chunks, checkpoint, policy, steps, lr,
+                   loss="cross_entropy"):
     """GPipe clock cycles, checkpointed tasks under no_grad, recompute before backward, loss on
-    the gathered mini-batch, SGD; returns the losses. Modifies seq (its state is the result)."""
+    the gathered mini-batch (sum | mse | cross_entropy), SGD; returns the losses. Modifies seq
+    (its state is the result). tests/golden/exec/gen_exec.py makes the executor's goldens with it."""
+    loss_name = loss
     run = seq
     if policy == "deferred":
         run = nn.Sequential(*[DeferredBatchNorm(m, chunks)
@@ -170,7 +195,7 @@ def train_pipeline(seq, X, Y, batch, balance, chunks, checkpoint, policy, steps,
     for step in range(steps):
         idx = [(step * batch + b) % S for b in range(batch)]
         xs = torch.chunk(X[idx], chunks)
-        y = Y[idx]
+        y = Y[idx] if Y is not None else None
         m = len(xs)
         ins = [[None] * n for _ in range(m)]
         outs = [[None] * n for _ in range(m)]
@@ -185,7 +210,13 @@ def train_pipeline(seq, X, Y, batch, balance, chunks, checkpoint, policy, steps,
                     out = parts[j](inp)
                 ins[i][j], outs[i][j] = inp, out
         last = [outs[i][n - 1].detach().requires_grad_(True) for i in range(m)]
-        loss = F.cross_entropy(torch.cat(last), y)
+        out = torch.cat(last)
+        if loss_name == "sum":
+            loss = out.sum()
+        elif loss_name == "mse":
+            loss = F.mse_loss(out, y)
+        else:
+            loss = F.cross_entropy(out, y)
         loss.backward()
         grads = [t.grad for t in last]
         for j in range(n - 1, -1, -1):

@@ -35,87 +35,19 @@ Layout:
 import json
 import os
 import shutil
+import sys
 
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 torch.set_num_threads(1)
 
-RECOMPUTING = [False]
-
-
-class DeferredBatchNorm(nn.modules.batchnorm._BatchNorm):
-    """torchgpipe.batchnorm.DeferredBatchNorm, line for line (2D input allowed)."""
-
-    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, chunks=1):
-        super().__init__(num_features, eps, momentum, affine, track_running_stats=True)
-        self.register_buffer('sum', torch.zeros_like(self.running_mean))
-        self.register_buffer('sum_squares', torch.zeros_like(self.running_var))
-        self.counter = 0
-        self.tracked = 0
-        self.chunks = chunks
-
-    def _check_input_dim(self, input):
-        pass
-
-    def _track(self, input):
-        dim = [0]
-        dim.extend(range(2, input.dim()))
-        with torch.no_grad():
-            self.sum += input.sum(dim)
-            self.sum_squares += (input**2).sum(dim)
-        size = input.size().numel() // input.size(1)
-        self.counter += size
-        self.tracked += 1
-        return (self.tracked == self.chunks)
-
-    def _commit(self):
-        exponential_average_factor = 0.0
-        self.num_batches_tracked += 1
-        if self.momentum is None:
-            exponential_average_factor = 1.0 / float(self.num_batches_tracked)
-        else:
-            exponential_average_factor = self.momentum
-        mean = self.sum / self.counter
-        var = self.sum_squares / self.counter - mean**2
-        m = exponential_average_factor
-        self.running_mean *= 1 - m
-        self.running_mean += mean * m
-        self.running_var *= 1 - m
-        self.running_var += var * m
-        self.sum.zero_()
-        self.sum_squares.zero_()
-        self.counter = 0
-        self.tracked = 0
-
-    def forward(self, input):
-        if not RECOMPUTING[0]:
-            if self._track(input):
-                self._commit()
-        return F.batch_norm(input, running_mean=None, running_var=None, weight=self.weight,
-                            bias=self.bias, training=True, momentum=0.0, eps=self.eps)
-
-
-def patch_batchnorm(module):
-    """fairscale.nn.checkpoint.checkpoint_utils.patch_batchnorm."""
-    def pre_forward(mod, input):
-        if torch.is_grad_enabled():
-            return
-        mod._track_running_stats_backup = mod.track_running_stats
-        mod.track_running_stats = False
-
-    def post_forward(mod, input, result):
-        if torch.is_grad_enabled():
-            return
-        mod.track_running_stats = mod._track_running_stats_backup
-
-    for _, child in module.named_modules():
-        if isinstance(child, nn.modules.batchnorm._BatchNorm):
-            child.register_forward_pre_hook(pre_forward)
-            child.register_forward_hook(post_forward)
+# the PyTorch mirror of torchgpipe's micro-batching (DeferredBatchNorm, fairscale's
+# patch_batchnorm, the GPipe training loop) lives in the bridge example, shared with it
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "examples"))
+import export_pytorch as ex  # noqa: E402
 
 
 # ---- models ----------------------------------------------------------------------------------
@@ -185,32 +117,7 @@ def build(cfg):
     return nn.Sequential(*mods), shape
 
 
-def to_deferred(seq, chunks):
-    mods = []
-    for mod in seq:
-        if isinstance(mod, nn.modules.batchnorm._BatchNorm):
-            d = DeferredBatchNorm(mod.num_features, mod.eps, mod.momentum, mod.affine, chunks)
-            d.register_parameter('weight', mod.weight)
-            d.register_parameter('bias', mod.bias)
-            d.register_buffer('running_mean', mod.running_mean)
-            d.register_buffer('running_var', mod.running_var)
-            d.register_buffer('num_batches_tracked', mod.num_batches_tracked)
-            mods.append(d)
-        else:
-            mods.append(mod)
-    return nn.Sequential(*mods)
-
-
-STD_KEYS = ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")
-
-
-def save_state(seq, folder):
-    os.makedirs(folder, exist_ok=True)
-    for k, v in seq.state_dict().items():
-        if k.split(".", 1)[1] not in STD_KEYS:
-            continue
-        a = v.detach().numpy()
-        np.save(os.path.join(folder, k + ".npy"), np.ascontiguousarray(a))
+save_state = ex.save_state
 
 
 def make_model_files(name, cfg):
@@ -238,66 +145,11 @@ def run_case(name, model, cfg, batch, chunks, checkpoint, policy, steps, loss_na
     loss_name = loss_name or cfg["loss"]
     seq, _ = build(cfg)
     seq.load_state_dict(INIT[model])
-    if policy == "deferred":
-        seq = to_deferred(seq, chunks)
-    elif policy == "grad-only":
-        patch_batchnorm(seq)
-    seq.train()
     bal = cfg["balance"]
-    parts, f = [], 0
-    for c in bal:
-        parts.append(seq[f:f + c])
-        f += c
-    n = len(parts)
-    stop = {"always": chunks, "except_last": chunks - 1, "never": 0}[checkpoint]
+    n = len(bal)
     X, Y = DATA[model]
-    S = X.shape[0]
-    losses = []
-    for step in range(steps):
-        idx = [(step * batch + b) % S for b in range(batch)]
-        x = X[idx]
-        y = Y[idx] if Y is not None else None
-        xs = torch.chunk(x, chunks)
-        m = len(xs)
-        ins = [[None] * n for _ in range(m)]
-        outs = [[None] * n for _ in range(m)]
-        for k in range(m + n - 1):
-            for j in range(max(0, k - m + 1), min(k, n - 1) + 1):
-                i = k - j
-                src = xs[i] if j == 0 else outs[i][j - 1]
-                inp = src.detach().requires_grad_(j > 0)
-                if i < stop:
-                    with torch.no_grad():
-                        out = parts[j](inp)
-                else:
-                    out = parts[j](inp)
-                ins[i][j], outs[i][j] = inp, out
-        last = [outs[i][n - 1].detach().requires_grad_(True) for i in range(m)]
-        out = torch.cat(last)
-        if loss_name == "sum":
-            loss = out.sum()
-        elif loss_name == "mse":
-            loss = F.mse_loss(out, y)
-        else:
-            loss = F.cross_entropy(out, y)
-        loss.backward()
-        grads = [t.grad for t in last]
-        for j in range(n - 1, -1, -1):
-            for i in range(m - 1, -1, -1):
-                if i < stop:
-                    inp = ins[i][j].detach().requires_grad_(j > 0)
-                    RECOMPUTING[0] = True
-                    out = parts[j](inp)
-                    RECOMPUTING[0] = False
-                else:
-                    inp, out = ins[i][j], outs[i][j]
-                torch.autograd.backward(out, grads[i])
-                grads[i] = inp.grad if j > 0 else None
-        with torch.no_grad():
-            for p in seq.parameters():
-                p -= cfg_lr(cfg, loss_name) * p.grad
-                p.grad = None
-        losses.append(loss.item())
+    losses = ex.train_pipeline(seq, X, Y, batch, bal, chunks, checkpoint, policy, steps,
+                               cfg_lr(cfg, loss_name), loss=loss_name)
 
     spec = {
         "pipescope": 1,
