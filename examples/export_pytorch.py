@@ -86,6 +86,40 @@ def layers_of(seq):
     return out
 
 
+def from_spec(input_shape, layers):
+    """The inverse of layers_of: an nn.Sequential from a spec's model.input and model.layers,
+    and its per-sample output shape (modules built in layer order, so a seeded build is
+    reproducible)."""
+    mods, shape = [], list(input_shape)
+    for ly in layers:
+        op = ly["op"]
+        if op == "linear":
+            mods.append(nn.Linear(shape[0], ly["out"], bias=ly.get("bias", True)))
+            shape = [ly["out"]]
+        elif op == "conv2d":
+            k, s, p = ly["kernel"], ly.get("stride", 1), ly.get("padding", 0)
+            mods.append(nn.Conv2d(shape[0], ly["out"], k, stride=s, padding=p,
+                                  bias=ly.get("bias", True)))
+            shape = [ly["out"], (shape[1] + 2 * p - k) // s + 1, (shape[2] + 2 * p - k) // s + 1]
+        elif op == "batchnorm":
+            cls = nn.BatchNorm1d if len(shape) == 1 else nn.BatchNorm2d
+            mods.append(cls(shape[0], eps=ly.get("eps", 1e-5), momentum=ly.get("momentum", 0.1)))
+        elif op == "relu":
+            mods.append(nn.ReLU())
+        elif op == "dropout":
+            mods.append(nn.Dropout(ly.get("p", 0.5)))
+        elif op == "maxpool2d":
+            k = ly["kernel"]
+            mods.append(nn.MaxPool2d(k))
+            shape = [shape[0], shape[1] // k, shape[2] // k]
+        elif op == "flatten":
+            mods.append(nn.Flatten())
+            shape = [int(np.prod(shape))]
+        else:
+            raise SystemExit("unknown op %r" % op)
+    return nn.Sequential(*mods), shape
+
+
 STD_KEYS = ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")
 
 

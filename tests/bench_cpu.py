@@ -18,7 +18,6 @@ import tempfile
 import time
 
 import torch
-import torch.nn as nn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
@@ -26,29 +25,7 @@ import export_pytorch as ex  # noqa: E402
 
 
 def build(spec):
-    mods, shape = [], list(spec["model"]["input"])
-    for ly in spec["model"]["layers"]:
-        op = ly["op"]
-        if op == "linear":
-            mods.append(nn.Linear(shape[0], ly["out"], bias=ly.get("bias", True)))
-            shape = [ly["out"]]
-        elif op == "conv2d":
-            k, s, p = ly["kernel"], ly.get("stride", 1), ly.get("padding", 0)
-            mods.append(nn.Conv2d(shape[0], ly["out"], k, stride=s, padding=p))
-            shape = [ly["out"], (shape[1] + 2 * p - k) // s + 1, (shape[2] + 2 * p - k) // s + 1]
-        elif op == "batchnorm":
-            cls = nn.BatchNorm1d if len(shape) == 1 else nn.BatchNorm2d
-            mods.append(cls(shape[0], eps=ly.get("eps", 1e-5), momentum=ly.get("momentum", 0.1)))
-        elif op == "relu":
-            mods.append(nn.ReLU())
-        elif op == "maxpool2d":
-            k = ly["kernel"]
-            mods.append(nn.MaxPool2d(k))
-            shape = [shape[0], shape[1] // k, shape[2] // k]
-        elif op == "flatten":
-            mods.append(nn.Flatten())
-            shape = [shape[0] * shape[1] * shape[2]]
-    return nn.Sequential(*mods), shape
+    return ex.from_spec(spec["model"]["input"], spec["model"]["layers"])
 
 
 def main():

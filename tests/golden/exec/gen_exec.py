@@ -39,7 +39,6 @@ import sys
 
 import numpy as np
 import torch
-import torch.nn as nn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 torch.set_num_threads(1)
@@ -91,30 +90,7 @@ MODELS = {
 
 
 def build(cfg):
-    mods = []
-    shape = list(cfg["input"])
-    for ly in cfg["layers"]:
-        op = ly["op"]
-        if op == "linear":
-            mods.append(nn.Linear(shape[0], ly["out"], bias=ly.get("bias", True)))
-            shape = [ly["out"]]
-        elif op == "conv2d":
-            k, s, p = ly["kernel"], ly.get("stride", 1), ly.get("padding", 0)
-            mods.append(nn.Conv2d(shape[0], ly["out"], k, stride=s, padding=p))
-            shape = [ly["out"], (shape[1] + 2 * p - k) // s + 1, (shape[2] + 2 * p - k) // s + 1]
-        elif op == "batchnorm":
-            cls = nn.BatchNorm1d if len(shape) == 1 else nn.BatchNorm2d
-            mods.append(cls(shape[0], eps=ly["eps"], momentum=ly["momentum"]))
-        elif op == "relu":
-            mods.append(nn.ReLU())
-        elif op == "maxpool2d":
-            k = ly["kernel"]
-            mods.append(nn.MaxPool2d(k))
-            shape = [shape[0], shape[1] // k, shape[2] // k]
-        elif op == "flatten":
-            mods.append(nn.Flatten())
-            shape = [int(np.prod(shape))]
-    return nn.Sequential(*mods), shape
+    return ex.from_spec(cfg["input"], cfg["layers"])
 
 
 save_state = ex.save_state
