@@ -16,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "exec_cuda.h"
+#include "kernels/exec_cuda.h"
 #include "ps_config.h"
 
 #define MODULE "pipescope-cuda.so"

@@ -29,12 +29,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "diag.h"
-#include "engine.h"
-#include "graph.h"
-#include "model.h"
-#include "spec.h"
-#include "trace.h"
+#include "src/diag.h"
+#include "src/engine.h"
+#include "src/graph.h"
+#include "src/model.h"
+#include "src/spec.h"
+#include "src/trace.h"
 
 /* ---- state: parameters and buffers (state.c) ----------------------------------------------- */
 

@@ -5,7 +5,7 @@
  * Invariant: nothing here touches a kernel or a device; every function is the single definition
  * of a rule that exec_cpu.c's header (E1-E5) states.
  */
-#include "exec_priv.h"
+#include "kernels/exec_priv.h"
 
 #include <errno.h>
 #include <math.h>

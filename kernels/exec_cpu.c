@@ -30,10 +30,10 @@
  *   E5. Parameter gradients accumulate over micro-batches and are zeroed before each step; the
  *       SGD step p -= lr * grad runs after every node of the order has run.
  */
-#include "exec.h"
-#include "exec_cuda.h"
-#include "exec_priv.h"
-#include "memlimit.h"
+#include "kernels/exec.h"
+#include "kernels/exec_cuda.h"
+#include "kernels/exec_priv.h"
+#include "src/memlimit.h"
 
 #include <errno.h>
 #include <math.h>

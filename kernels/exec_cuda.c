@@ -32,8 +32,8 @@
  *       issue time, exactly as on the CPU; the statistics themselves stay on the GPU, and each
  *       update's mean/var is written to a device log slot and fetched after the step.
  */
-#include "exec_cuda.h"
-#include "exec_priv.h"
+#include "kernels/exec_cuda.h"
+#include "kernels/exec_priv.h"
 
 #include <errno.h>
 #include <math.h>
@@ -42,7 +42,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cuda/cuda.h"
+#include "kernels/cuda/cuda.h"
 
 /* per (micro-batch, layer) tensors kept for backward, on the layer's device */
 struct saved {

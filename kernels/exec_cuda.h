@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "exec.h"
+#include "kernels/exec.h"
 
 struct ps_exec_cuda_opts {
     bool virtual_devices; /* all graph devices on GPU 0, each with its own stream set */

@@ -9,13 +9,13 @@
  *   V1. The state is read only: running statistics and num_batches_tracked never change.
  *   V2. BatchNorm uses (running_mean, running_var + eps); dropout is the identity.
  */
-#include "exec.h"
+#include "kernels/exec.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/kernels.h"
+#include "kernels/cpu/kernels.h"
 
 #define EVAL_BLOCK 256
 

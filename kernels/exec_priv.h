@@ -17,9 +17,9 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "cpu/kernels.h"
-#include "data.h"
-#include "exec.h"
+#include "kernels/cpu/kernels.h"
+#include "src/data.h"
+#include "kernels/exec.h"
 
 /* Microseconds since t0 (CLOCK_MONOTONIC). */
 double ps_exec_now_us(const struct timespec *t0);

@@ -11,7 +11,7 @@
  * given. Saving writes DIR.tmp/ completely, then renames it over DIR, so a failed save never
  * leaves a half-written state folder at DIR.
  */
-#include "exec.h"
+#include "kernels/exec.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -23,8 +23,8 @@
 #include <unistd.h>
 #include <dirent.h>
 
-#include "npy.h"
-#include "rng.h"
+#include "src/npy.h"
+#include "src/rng.h"
 
 /* uniform in [0, 1) keyed by (seed, stream, index): splitmix64 finaliser */
 #define mix64 ps_rng_splitmix64

@@ -1,6 +1,6 @@
 /* balance: exact min-max contiguous partitions and torchgpipe's block-partition heuristic (see
  * balance.h). */
-#include "balance.h"
+#include "sim/balance.h"
 
 #include <errno.h>
 #include <float.h>

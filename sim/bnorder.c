@@ -1,5 +1,5 @@
 /* bnorder: BatchNorm update sequences implied by an execution (see bnorder.h). */
-#include "bnorder.h"
+#include "sim/bnorder.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -17,9 +17,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "engine.h"
-#include "graph.h"
-#include "spec.h"
+#include "src/engine.h"
+#include "src/graph.h"
+#include "src/spec.h"
 
 enum ps_bn_phase { PS_BN_FORWARD, PS_BN_RECOMPUTE };
 

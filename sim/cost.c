@@ -1,7 +1,7 @@
 /* cost: the roofline cost model of a node and measured per-layer costs (see cost.h and
  * sim/COSTS.md). */
-#include "cost.h"
-#include "memlimit.h"
+#include "sim/cost.h"
+#include "src/memlimit.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

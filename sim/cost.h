@@ -21,8 +21,8 @@
 
 #include <stdbool.h>
 
-#include "diag.h"
-#include "graph.h"
+#include "src/diag.h"
+#include "src/graph.h"
 
 struct ps_cost_layer {
     double forward_us, backward_us;

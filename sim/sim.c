@@ -6,7 +6,7 @@
  * stream and per host thread: the last node issued on it. Memory and in-flight counts come from
  * a second, sorted sweep over allocation and free events, device by device.
  */
-#include "sim.h"
+#include "sim/sim.h"
 
 #include <errno.h>
 #include <stdio.h>

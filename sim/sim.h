@@ -35,10 +35,10 @@
 
 #include <stdint.h>
 
-#include "diag.h"
-#include "engine.h"
-#include "graph.h"
-#include "trace.h"
+#include "src/diag.h"
+#include "src/engine.h"
+#include "src/graph.h"
+#include "src/trace.h"
 
 struct ps_sim_opts {
     double launch_us; /* host time per node with a stream; cost.h's ps_cost_launch_us */

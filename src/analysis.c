@@ -6,7 +6,7 @@
  * kind of edge pruned by topological rank
  * (a node ranked after v cannot lead to v). Both use a visit stamp, so no clearing per query.
  */
-#include "analysis.h"
+#include "src/analysis.h"
 
 #include <errno.h>
 #include <stdio.h>

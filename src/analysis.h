@@ -20,9 +20,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "diag.h"
-#include "engine.h"
-#include "graph.h"
+#include "src/diag.h"
+#include "src/engine.h"
+#include "src/graph.h"
 
 enum ps_check {
     PS_CHECK_CYCLE,

@@ -8,7 +8,7 @@
  *       offset between the two never shows up as an error.
  *   C3. results are deterministic: ties in sorts break on the node id.
  */
-#include "compare.h"
+#include "src/compare.h"
 
 #include <errno.h>
 #include <math.h>
@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model.h"
+#include "src/model.h"
 
 #define DEP_SLACK_US 0.002
 

@@ -43,11 +43,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cost.h"
-#include "diag.h"
-#include "engine.h"
-#include "graph.h"
-#include "trace.h"
+#include "sim/cost.h"
+#include "src/diag.h"
+#include "src/engine.h"
+#include "src/graph.h"
+#include "src/trace.h"
 
 struct ps_compare_task {
     uint32_t node;

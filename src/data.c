@@ -7,7 +7,7 @@
  * The synthetic generator is a pure function of (seed, sample, element), so any sample can be
  * drawn in any order and the data of step s never depends on how many steps run.
  */
-#include "data.h"
+#include "src/data.h"
 
 #include <errno.h>
 #include <float.h>
@@ -19,9 +19,9 @@
 
 #include <zlib.h>
 
-#include "memlimit.h"
-#include "npy.h"
-#include "rng.h"
+#include "src/memlimit.h"
+#include "src/npy.h"
+#include "src/rng.h"
 
 /* ---- synthetic ------------------------------------------------------------------------- */
 

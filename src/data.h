@@ -20,9 +20,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "diag.h"
-#include "model.h"
-#include "spec.h"
+#include "src/diag.h"
+#include "src/model.h"
+#include "src/spec.h"
 
 enum ps_target_kind { PS_TARGET_NONE, PS_TARGET_LABELS, PS_TARGET_ROWS };
 

@@ -1,5 +1,5 @@
 /* diag: keeps the first error of an operation (see diag.h). */
-#include "diag.h"
+#include "src/diag.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -12,7 +12,7 @@
  *   D2. Every number comes from the executor's update log or final state; nothing is simulated
  *       except the expected update order (sim/bnorder), which is compared, never substituted.
  */
-#include "drift.h"
+#include "src/drift.h"
 
 #include <errno.h>
 #include <math.h>
@@ -22,12 +22,12 @@
 
 #include <cjson/cJSON.h>
 
-#include "bnorder.h"
-#include "data.h"
-#include "engine.h"
-#include "exec.h"
-#include "graph.h"
-#include "viz.h"
+#include "sim/bnorder.h"
+#include "src/data.h"
+#include "src/engine.h"
+#include "kernels/exec.h"
+#include "src/graph.h"
+#include "viz/viz.h"
 
 struct raw {
     struct ps_drift_setting s;

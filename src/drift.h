@@ -48,9 +48,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "diag.h"
-#include "model.h"
-#include "spec.h"
+#include "src/diag.h"
+#include "src/model.h"
+#include "src/spec.h"
 
 struct cJSON;
 

@@ -17,8 +17,8 @@
  * The harness in tests/golden/order reproduces 726 recorded orders with this model and fails
  * on 91 of them when ties break by push order instead.
  */
-#include "engine.h"
-#include "schedule.h"
+#include "src/engine.h"
+#include "src/schedule.h"
 
 #include <errno.h>
 #include <stdio.h>

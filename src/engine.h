@@ -14,8 +14,8 @@
 
 #include <stdint.h>
 
-#include "diag.h"
-#include "graph.h"
+#include "src/diag.h"
+#include "src/graph.h"
 
 struct ps_order {
     uint32_t n;       /* entries: every executed node, forward first, then backward */

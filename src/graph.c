@@ -16,10 +16,10 @@
  * X[i] names the node that produced micro-batch i's current tensor (cur[i] below). Every forward
  * node then gets its backward twin; backward edges are the forward edges reversed.
  */
-#include "graph.h"
-#include "engine.h"
-#include "schedule.h"
-#include "memlimit.h"
+#include "src/graph.h"
+#include "src/engine.h"
+#include "src/schedule.h"
+#include "src/memlimit.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -689,7 +689,7 @@ int ps_graph_validate(const struct ps_graph *g, struct ps_diag *diag)
 
 /* ---- stream order (added for the simulator) ---------------------------------------------- */
 
-#include "engine.h"
+#include "src/engine.h"
 
 int ps_graph_add_stream_order(struct ps_graph *g, const struct ps_order *order)
 {

@@ -36,9 +36,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "diag.h"
-#include "model.h"
-#include "spec.h"
+#include "src/diag.h"
+#include "src/model.h"
+#include "src/spec.h"
 
 #define PS_NONE UINT32_MAX
 

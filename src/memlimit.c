@@ -4,7 +4,7 @@
  * an error message, and an estimate that slips through still meets a malloc that fails (and an
  * ENOMEM path) rather than the OOM killer.
  */
-#include "memlimit.h"
+#include "src/memlimit.h"
 
 #include <errno.h>
 #include <stdio.h>

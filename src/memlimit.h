@@ -19,7 +19,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "diag.h"
+#include "src/diag.h"
 
 #define PS_MEMLIMIT_DEFAULT ((uint64_t)16 << 30)
 #define PS_MEMLIMIT_ENV "PIPESCOPE_MEM_LIMIT"

@@ -34,7 +34,7 @@
  * layer with parameters on. So a relu, dropout, maxpool2d or flatten before any parameterised
  * layer creates no node, exactly as in PyTorch.
  */
-#include "model.h"
+#include "src/model.h"
 
 #include <errno.h>
 #include <stdarg.h>

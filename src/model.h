@@ -15,8 +15,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "diag.h"
-#include "spec.h"
+#include "src/diag.h"
+#include "src/spec.h"
 
 struct ps_layer_info {
     int n_in_dims, n_out_dims;

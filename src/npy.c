@@ -19,10 +19,10 @@
  * The writer emits version 1.0 with the header padded so the data starts at a multiple of 64,
  * as numpy >= 1.23 does.
  */
-#include "npy.h"
+#include "src/npy.h"
 
-#include "diag.h"
-#include "memlimit.h"
+#include "src/diag.h"
+#include "src/memlimit.h"
 
 #include <errno.h>
 #include <math.h>

@@ -16,8 +16,8 @@
  * Ties cannot occur: each stage picks its own action from its own counters, so the lists are a
  * pure function of (S, m).
  */
-#include "schedule.h"
-#include "memlimit.h"
+#include "src/schedule.h"
+#include "src/memlimit.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

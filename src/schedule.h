@@ -31,9 +31,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "diag.h"
-#include "engine.h"
-#include "graph.h"
+#include "src/diag.h"
+#include "src/engine.h"
+#include "src/graph.h"
 
 enum ps_action_kind { PS_ACT_F, PS_ACT_B, PS_ACT_W };
 

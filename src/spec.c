@@ -17,7 +17,7 @@
  * Micro-batches follow torch.chunk: size = ceil(N / chunks), m = ceil(N / size), the last one
  * holds the remainder. N=5, chunks=4 gives 2,2,1 (m=3): a warning says so.
  */
-#include "spec.h"
+#include "src/spec.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

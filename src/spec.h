@@ -20,7 +20,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "diag.h"
+#include "src/diag.h"
 
 #define PS_SPEC_MAX_DIMS 3 /* per-sample shape: [F] or [C,H,W] */
 

@@ -1,5 +1,5 @@
 /* trace: a growable array of timeline records (see trace.h). */
-#include "trace.h"
+#include "src/trace.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -10,7 +10,7 @@
 
 #include <stdint.h>
 
-#include "diag.h"
+#include "src/diag.h"
 
 enum ps_trace_source { PS_TRACE_SIMULATED, PS_TRACE_CPU, PS_TRACE_CUDA, PS_TRACE_IMPORTED };
 

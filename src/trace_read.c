@@ -8,8 +8,8 @@
  * Validation is strict for the events that map to tasks (a wrong ts or dur there would silently
  * skew a comparison) and lenient for the rest: the profiler's own events are only counted.
  */
-#include "trace_read.h"
-#include "memlimit.h"
+#include "src/trace_read.h"
+#include "src/memlimit.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

@@ -27,9 +27,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "diag.h"
-#include "graph.h"
-#include "trace.h"
+#include "src/diag.h"
+#include "src/graph.h"
+#include "src/trace.h"
 
 #define PS_TRACE_READ_MAX_NAMES 64
 

@@ -15,14 +15,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "analysis.h"
-#include "cost.h"
-#include "engine.h"
-#include "graph.h"
-#include "model.h"
-#include "schedule.h"
-#include "sim.h"
-#include "spec.h"
+#include "src/analysis.h"
+#include "sim/cost.h"
+#include "src/engine.h"
+#include "src/graph.h"
+#include "src/model.h"
+#include "src/schedule.h"
+#include "sim/sim.h"
+#include "src/spec.h"
 
 static double now(void)
 {

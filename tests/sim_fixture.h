@@ -8,12 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
-#include "graph.h"
-#include "model.h"
-#include "schedule.h"
-#include "sim.h"
-#include "spec.h"
+#include "src/engine.h"
+#include "src/graph.h"
+#include "src/model.h"
+#include "src/schedule.h"
+#include "sim/sim.h"
+#include "src/spec.h"
 
 /* cmocka 1.1.5 has no assert_double_equal */
 #define assert_near(a, b, eps)                                                                \

@@ -17,14 +17,14 @@
 
 #include <cmocka.h>
 
-#include "compare.h"
-#include "cost.h"
-#include "engine.h"
-#include "graph.h"
-#include "model.h"
-#include "sim.h"
-#include "spec.h"
-#include "trace_read.h"
+#include "src/compare.h"
+#include "sim/cost.h"
+#include "src/engine.h"
+#include "src/graph.h"
+#include "src/model.h"
+#include "sim/sim.h"
+#include "src/spec.h"
+#include "src/trace_read.h"
 
 #define assert_rel(a, b, eps)                                                                 \
     do {                                                                                       \

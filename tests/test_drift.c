@@ -20,12 +20,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "drift.h"
-#include "engine.h"
-#include "exec.h"
-#include "graph.h"
-#include "model.h"
-#include "spec.h"
+#include "src/drift.h"
+#include "src/engine.h"
+#include "kernels/exec.h"
+#include "src/graph.h"
+#include "src/model.h"
+#include "src/spec.h"
 
 static struct ps_spec *load_example(const char *name)
 {

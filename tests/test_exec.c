@@ -24,14 +24,14 @@
 
 #include <zlib.h>
 
-#include "data.h"
-#include "diag.h"
-#include "engine.h"
-#include "exec.h"
-#include "graph.h"
-#include "model.h"
-#include "npy.h"
-#include "spec.h"
+#include "src/data.h"
+#include "src/diag.h"
+#include "src/engine.h"
+#include "kernels/exec.h"
+#include "src/graph.h"
+#include "src/model.h"
+#include "src/npy.h"
+#include "src/spec.h"
 
 #define TOL_STATS 1e-5
 #define TOL_PARAM 1e-4

@@ -13,11 +13,11 @@
 
 #include <cmocka.h>
 
-#include "analysis.h"
-#include "engine.h"
-#include "graph.h"
-#include "model.h"
-#include "spec.h"
+#include "src/analysis.h"
+#include "src/engine.h"
+#include "src/graph.h"
+#include "src/model.h"
+#include "src/spec.h"
 
 struct fix {
     struct ps_spec *spec;

@@ -9,9 +9,9 @@
 
 #include <cmocka.h>
 
-#include "cpu/kernels.h"
-#include "diag.h"
-#include "npy.h"
+#include "kernels/cpu/kernels.h"
+#include "src/diag.h"
+#include "src/npy.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -11,11 +11,11 @@
 
 #include <cmocka.h>
 
-#include "exec.h"
-#include "graph.h"
-#include "memlimit.h"
-#include "model.h"
-#include "spec.h"
+#include "kernels/exec.h"
+#include "src/graph.h"
+#include "src/memlimit.h"
+#include "src/model.h"
+#include "src/spec.h"
 
 static void test_env_sizes(void **state)
 {

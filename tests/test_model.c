@@ -10,8 +10,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "model.h"
-#include "spec.h"
+#include "src/model.h"
+#include "src/spec.h"
 
 struct built {
     struct ps_spec *spec;

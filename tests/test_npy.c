@@ -7,8 +7,8 @@
 
 #include <cmocka.h>
 
-#include "diag.h"
-#include "npy.h"
+#include "src/diag.h"
+#include "src/npy.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -15,8 +15,8 @@
 #include <cmocka.h>
 #include <errno.h>
 
-#include "analysis.h"
-#include "sim_fixture.h"
+#include "src/analysis.h"
+#include "tests/sim_fixture.h"
 
 static void plan_str(const struct ps_plan *p, int lane, char *out, size_t len)
 {

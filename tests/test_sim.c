@@ -15,10 +15,10 @@
 #include <errno.h>
 #include <math.h>
 
-#include "balance.h"
-#include "bnorder.h"
-#include "cost.h"
-#include "sim_fixture.h"
+#include "sim/balance.h"
+#include "sim/bnorder.h"
+#include "sim/cost.h"
+#include "tests/sim_fixture.h"
 
 #define EPS 1e-9
 

@@ -19,8 +19,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "model.h"
-#include "spec.h"
+#include "src/model.h"
+#include "src/spec.h"
 
 static const char *source_root(void)
 {

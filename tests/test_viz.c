@@ -19,8 +19,8 @@
 
 #include <cmocka.h>
 
-#include "viz.h"
-#include "viz_fixture.h"
+#include "viz/viz.h"
+#include "tests/viz_fixture.h"
 
 static char tmpdir[256];
 

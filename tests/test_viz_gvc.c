@@ -15,8 +15,8 @@
 
 #include <cmocka.h>
 
-#include "viz.h"
-#include "viz_fixture.h"
+#include "viz/viz.h"
+#include "tests/viz_fixture.h"
 
 static void test_svg_render(void **state)
 {

@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph.h"
-#include "trace.h"
+#include "src/graph.h"
+#include "src/trace.h"
 
 static inline uint32_t fx_node(struct ps_graph *g, enum ps_node_kind kind, enum ps_phase phase,
                                enum ps_role role, int mb, int part, int dev, int32_t stream)

@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "viz_gv.h"
+#include "viz/viz_gv.h"
 
 /* ---- Graphviz messages ------------------------------------------------------------------ */
 

@@ -4,7 +4,7 @@
  * (sections). The table of contents is collected from the section calls. An open table is
  * closed by whatever element comes next, so callers never write closing tags.
  */
-#include "html.h"
+#include "viz/html.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "viz.h"
+#include "viz/viz.h"
 
 struct buf {
     char *s;

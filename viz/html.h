@@ -13,7 +13,7 @@
 
 #include <stdio.h>
 
-#include "diag.h"
+#include "src/diag.h"
 
 struct ps_html;
 

@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "viz.h"
+#include "viz/viz.h"
 
 /* ---- numbers and helpers --------------------------------------------------------------- */
 

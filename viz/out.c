@@ -27,7 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "viz.h"
+#include "viz/viz.h"
 
 static struct {
     bool on;

@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "viz.h"
+#include "viz/viz.h"
 
 /* ---- SVG primitives -------------------------------------------------------------------- */
 

@@ -24,7 +24,7 @@
 
 #include <graphviz/gvc.h>
 
-#include "viz_gv.h"
+#include "viz/viz_gv.h"
 
 /* gvplugin_NAME_LTX_library of DIR/libgvplugin_NAME.so.6, or NULL */
 static void *plugin_library(const char *dir, const char *name)

@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "viz.h"
+#include "viz/viz.h"
 
 #define HOST_PID 1000000
 

@@ -26,12 +26,12 @@
 
 #include <cjson/cJSON.h>
 
-#include "analysis.h"
-#include "diag.h"
-#include "engine.h"
-#include "graph.h"
-#include "spec.h"
-#include "trace.h"
+#include "src/analysis.h"
+#include "src/diag.h"
+#include "src/engine.h"
+#include "src/graph.h"
+#include "src/spec.h"
+#include "src/trace.h"
 
 /* ---- atomic output files (out.c) ------------------------------------------------------- */
 

@@ -4,7 +4,7 @@
 
 #include <graphviz/cgraph.h>
 
-#include "viz.h"
+#include "viz/viz.h"
 
 /* Builds the cgraph graph that ps_dot_write prints (agclose it). o may be NULL. */
 int ps_dot_build(const struct ps_graph *g, const struct ps_dot_opts *o, Agraph_t **out,

@@ -24,9 +24,9 @@
  * commit, never otherwise; the EMA is computed in double and stored as float; training needs
  * m >= 2 (PyTorch refuses one value per channel too).
  */
-#include "cpu/kernels.h"
+#include "kernels/cpu/kernels.h"
 
-#include "diag.h"
+#include "src/diag.h"
 
 #include <errno.h>
 #include <math.h>

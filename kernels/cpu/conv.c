@@ -12,9 +12,9 @@
  * Invariants: the col buffer is per call (malloc, freed before return); samples are processed in
  * order, so results do not depend on the thread count (the sgemm splits C, never K).
  */
-#include "cpu/kernels.h"
+#include "kernels/cpu/kernels.h"
 
-#include "diag.h"
+#include "src/diag.h"
 
 #include <errno.h>
 #include <stdlib.h>

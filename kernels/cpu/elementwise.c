@@ -4,7 +4,7 @@
  * header says so; relu's backward reads relu's OUTPUT (y > 0), as PyTorch's threshold_backward
  * does, so the input need not be kept. flatten has no kernel: NCHW memory is already [N, CHW].
  */
-#include "cpu/kernels.h"
+#include "kernels/cpu/kernels.h"
 
 /* relu and its backward go in blocks of 8: each block is read whole into a local array before
  * anything is stored (so y == x and dx == dy stay correct without alias checks), and the

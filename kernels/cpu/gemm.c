@@ -25,7 +25,7 @@
  * everywhere and uses the wide units when present. FMA changes rounding in the last bit compared
  * with the baseline version.
  */
-#include "cpu/kernels.h"
+#include "kernels/cpu/kernels.h"
 
 #include <errno.h>
 #include <math.h>

@@ -7,7 +7,7 @@
  *             db[out]    += column sums of dy, summed in double
  * Invariant: parameter gradients accumulate (PyTorch .grad semantics), the input gradient does not.
  */
-#include "cpu/kernels.h"
+#include "kernels/cpu/kernels.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -8,9 +8,9 @@
  * element, not per sample). Invariants: sums and log-sum-exp run in double with the row maximum
  * subtracted first, so large logits never overflow; labels are checked before anything is written.
  */
-#include "cpu/kernels.h"
+#include "kernels/cpu/kernels.h"
 
-#include "diag.h"
+#include "src/diag.h"
 
 #include <errno.h>
 #include <math.h>

@@ -9,9 +9,9 @@
  *  3. Backward zeroes dx and ADDS dy at each recorded index, so overlapping windows
  *     (stride < kernel) that picked the same input sum their gradients.
  */
-#include "cpu/kernels.h"
+#include "kernels/cpu/kernels.h"
 
-#include "diag.h"
+#include "src/diag.h"
 
 #include <errno.h>
 #include <math.h>

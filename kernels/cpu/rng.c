@@ -10,8 +10,8 @@
  * dropout masks differ from PyTorch's bit for bit; only the distribution (keep with probability
  * 1-p, scale 1/(1-p)) and the recompute-determinism match.
  */
-#include "cpu/kernels.h"
-#include "rng.h"
+#include "kernels/cpu/kernels.h"
+#include "src/rng.h"
 
 #define GOLDEN PS_RNG_GOLDEN
 #define mix64 ps_rng_mix64

@@ -32,7 +32,7 @@
  * where the CPU uses two passes: the two agree to ~1e-12 relative for activations whose mean is
  * not 1e6 times their spread.
  */
-#include "common.cuh"
+#include "kernels/cuda/common.cuh"
 
 #include <math.h>
 

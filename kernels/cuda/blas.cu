@@ -19,13 +19,13 @@
  * The im2col workspace is grown only by ps_cuda_blas_reserve (or, when a call needs more than
  * one sample's worth, here: outside timed work, the executor reserves everything up front).
  */
-#include "common.cuh"
+#include "kernels/cuda/common.cuh"
 
 #include <cublas_v2.h>
 #include <stdlib.h>
 
 extern "C" {
-#include "cpu/kernels.h"
+#include "kernels/cpu/kernels.h"
 }
 
 namespace ps {

@@ -11,9 +11,9 @@
 #include <errno.h>
 #include <stdint.h>
 
-#include "cuda/cuda.h"
+#include "kernels/cuda/cuda.h"
 extern "C" {
-#include "diag.h"
+#include "src/diag.h"
 }
 
 namespace ps {

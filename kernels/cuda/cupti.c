@@ -19,7 +19,7 @@
  * Timestamps are kept as int64 nanoseconds relative to the start (absolute ones exceed 2^53).
  * One tracer per process at a time (CUPTI's callbacks are process-wide).
  */
-#include "cuda/cuda.h"
+#include "kernels/cuda/cuda.h"
 
 /* CUPTI's headers are not -Wpedantic clean (enumerators beyond int) */
 #pragma GCC diagnostic push
@@ -31,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "diag.h"
+#include "src/diag.h"
 
 #define BUF_BYTES (8u << 20)
 

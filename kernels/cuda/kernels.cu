@@ -11,10 +11,10 @@
  *  - losses reduce in double in one block (the model output is small) and write a device double.
  * Elementwise kernels are grid-stride with 16-byte (float4) accesses when pointers are aligned.
  */
-#include "common.cuh"
+#include "kernels/cuda/common.cuh"
 
 extern "C" {
-#include "cpu/kernels.h"
+#include "kernels/cpu/kernels.h"
 }
 
 #include <math.h>

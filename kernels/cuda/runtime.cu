@@ -6,7 +6,7 @@
  * that nothing ever synchronises implicitly with the legacy default stream; ordering events are
  * created with cudaEventDisableTiming (cheaper to record and wait on).
  */
-#include "common.cuh"
+#include "kernels/cuda/common.cuh"
 
 #include <stdio.h>
 

@@ -5,12 +5,12 @@
  * configurations and contain no #ifdef (STYLE.md rule 6). Generated from cuda.h's prototypes;
  * keep the two in step (the build fails on a missing or mismatched one).
  */
-#include "cuda/cuda.h"
+#include "kernels/cuda/cuda.h"
 
 #include <errno.h>
 #include <string.h>
 
-#include "diag.h"
+#include "src/diag.h"
 
 bool ps_cuda_built(void)
 {

@@ -10,12 +10,12 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "analysis.h"
-#include "diag.h"
-#include "engine.h"
-#include "graph.h"
-#include "model.h"
-#include "spec.h"
+#include "src/analysis.h"
+#include "src/diag.h"
+#include "src/engine.h"
+#include "src/graph.h"
+#include "src/model.h"
+#include "src/spec.h"
 
 enum { PS_EXIT_OK = 0, PS_EXIT_FOUND = 1, PS_EXIT_INPUT = 2, PS_EXIT_BACKEND = 3 };
 

@@ -13,10 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "balance.h"
-#include "cost.h"
-#include "simrun.h"
-#include "viz.h"
+#include "sim/balance.h"
+#include "sim/cost.h"
+#include "src/cli/simrun.h"
+#include "viz/viz.h"
 
 static void print_bal(const char *what, const int *bal, int P, double mx, double best,
                       const char *unit)

@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
-#include "cost.h"
-#include "viz.h"
+#include "src/cli/cli.h"
+#include "sim/cost.h"
+#include "viz/viz.h"
 
 static void print_checks(const struct ps_graph *g, const struct ps_analysis *a, const char *ind)
 {

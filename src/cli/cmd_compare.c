@@ -20,9 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cmp_report.h"
-#include "simrun.h"
-#include "viz.h"
+#include "src/cli/cmp_report.h"
+#include "src/cli/simrun.h"
+#include "viz/viz.h"
 
 int ps_cmd_compare(struct ps_cli *cli)
 {

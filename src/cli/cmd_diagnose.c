@@ -27,13 +27,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cmp_report.h"
-#include "cost.h"
-#include "drift.h"
-#include "exec.h"
-#include "html.h"
-#include "simrun.h"
-#include "viz.h"
+#include "src/cli/cmp_report.h"
+#include "sim/cost.h"
+#include "src/drift.h"
+#include "kernels/exec.h"
+#include "viz/html.h"
+#include "src/cli/simrun.h"
+#include "viz/viz.h"
 
 static int rm_rf(const char *path)
 {

@@ -21,9 +21,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "drift.h"
-#include "viz.h"
+#include "src/cli/cli.h"
+#include "src/drift.h"
+#include "viz/viz.h"
 
 static int parse_count(const char *v, int *out)
 {

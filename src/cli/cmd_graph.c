@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
-#include "viz.h"
+#include "src/cli/cli.h"
+#include "viz/viz.h"
 
 static void print_order(const struct ps_ctx *ctx, FILE *f)
 {

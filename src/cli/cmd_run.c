@@ -17,9 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
-#include "exec.h"
-#include "viz.h"
+#include "src/cli/cli.h"
+#include "kernels/exec.h"
+#include "viz/viz.h"
 
 static int parse_steps(const char *v, int *out)
 {

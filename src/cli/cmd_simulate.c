@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bnorder.h"
-#include "simrun.h"
-#include "viz.h"
+#include "sim/bnorder.h"
+#include "src/cli/simrun.h"
+#include "viz/viz.h"
 
 static void print_run(const struct ps_spec *s, const struct ps_simrun *r, const char *title)
 {

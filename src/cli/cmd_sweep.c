@@ -15,8 +15,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "simrun.h"
-#include "viz.h"
+#include "src/cli/simrun.h"
+#include "viz/viz.h"
 
 static int parse_names(const char *s, const char *const *names, int n_names, int *out, int max)
 {

@@ -1,11 +1,11 @@
 /* cmp_report: text and JSON of a comparison and of a calibration (see cmp_report.h). */
-#include "cmp_report.h"
+#include "src/cli/cmp_report.h"
 
 #include <errno.h>
 #include <math.h>
 #include <string.h>
 
-#include "viz.h"
+#include "viz/viz.h"
 
 const char *ps_cli_time(double us, char *buf, int len)
 {

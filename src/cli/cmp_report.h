@@ -8,8 +8,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "compare.h"
-#include "trace_read.h"
+#include "src/compare.h"
+#include "src/trace_read.h"
 
 /* "211.3 us", "35.20 ms", "1.204 s" */
 const char *ps_cli_time(double us, char *buf, int len);

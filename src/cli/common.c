@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
+#include "src/cli/cli.h"
 
 int ps_cli_fail(const struct ps_diag *d, int code)
 {

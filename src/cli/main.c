@@ -5,9 +5,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli.h"
+#include "src/cli/cli.h"
 #include "ps_config.h"
-#include "viz.h"
+#include "viz/viz.h"
 
 /* LeakSanitizer reads this in sanitized builds: Graphviz's layout engine (libgvc) leaks
  * internally on every layout (TOOLCHAIN.md). Only gvc: leaks through cgraph alone are ours. */

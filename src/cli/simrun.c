@@ -1,5 +1,5 @@
 /* simrun: build, order, cost and simulate one configuration (see simrun.h). */
-#include "simrun.h"
+#include "src/cli/simrun.h"
 
 #include <errno.h>
 #include <stdlib.h>

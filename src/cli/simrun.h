@@ -4,10 +4,10 @@
 #ifndef PS_CLI_SIMRUN_H
 #define PS_CLI_SIMRUN_H
 
-#include "cli.h"
-#include "cost.h"
-#include "schedule.h"
-#include "sim.h"
+#include "src/cli/cli.h"
+#include "sim/cost.h"
+#include "src/schedule.h"
+#include "sim/sim.h"
 
 struct ps_simrun {
     struct ps_graph *g;

@@ -13,10 +13,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "data.h"
-#include "fuzz.h"
-#include "model.h"
-#include "spec.h"
+#include "src/data.h"
+#include "tests/fuzz/fuzz.h"
+#include "src/model.h"
+#include "src/spec.h"
 
 #define N_VARIANTS 96 /* 4 feature counts x 3 losses x 8 target columns */
 

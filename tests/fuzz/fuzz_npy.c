@@ -7,9 +7,9 @@
  */
 #include <string.h>
 
-#include "diag.h"
-#include "fuzz.h"
-#include "npy.h"
+#include "src/diag.h"
+#include "tests/fuzz/fuzz.h"
+#include "src/npy.h"
 
 static void one(const uint8_t *data, size_t size, enum ps_npy_kind want)
 {

@@ -11,14 +11,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cost.h"
-#include "engine.h"
-#include "fuzz.h"
-#include "graph.h"
-#include "model.h"
-#include "schedule.h"
-#include "sim.h"
-#include "spec.h"
+#include "sim/cost.h"
+#include "src/engine.h"
+#include "tests/fuzz/fuzz.h"
+#include "src/graph.h"
+#include "src/model.h"
+#include "src/schedule.h"
+#include "sim/sim.h"
+#include "src/spec.h"
 
 #define FUZZ_MAX_INPUT (64 * 1024)
 #define FUZZ_MAX_NODES 4000u /* graph size the target still builds and simulates */

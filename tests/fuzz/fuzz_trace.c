@@ -11,15 +11,15 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "compare.h"
-#include "engine.h"
-#include "fuzz.h"
-#include "graph.h"
-#include "model.h"
-#include "sim.h"
-#include "cost.h"
-#include "spec.h"
-#include "trace_read.h"
+#include "src/compare.h"
+#include "src/engine.h"
+#include "tests/fuzz/fuzz.h"
+#include "src/graph.h"
+#include "src/model.h"
+#include "sim/sim.h"
+#include "sim/cost.h"
+#include "src/spec.h"
+#include "src/trace_read.h"
 
 static const char SPEC[] =
     "{\"pipescope\": 1, \"batch\": 6, \"model\": {\"input\": [8], \"layers\": ["

@@ -16,14 +16,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/cuda.h"
-#include "diag.h"
-#include "engine.h"
-#include "exec.h"
-#include "exec_cuda.h"
-#include "graph.h"
-#include "model.h"
-#include "spec.h"
+#include "kernels/cuda/cuda.h"
+#include "src/diag.h"
+#include "src/engine.h"
+#include "kernels/exec.h"
+#include "kernels/exec_cuda.h"
+#include "src/graph.h"
+#include "src/model.h"
+#include "src/spec.h"
 
 #define H200_PEAK 4.8e12
 

@@ -21,15 +21,15 @@
 
 #include <cmocka.h>
 
-#include "cpu/kernels.h"
-#include "cuda/cuda.h"
-#include "diag.h"
-#include "engine.h"
-#include "exec.h"
-#include "exec_cuda.h"
-#include "graph.h"
-#include "model.h"
-#include "spec.h"
+#include "kernels/cpu/kernels.h"
+#include "kernels/cuda/cuda.h"
+#include "src/diag.h"
+#include "src/engine.h"
+#include "kernels/exec.h"
+#include "kernels/exec_cuda.h"
+#include "src/graph.h"
+#include "src/model.h"
+#include "src/spec.h"
 
 static ps_cuda_stream S;
 static int n_gpus;
