@@ -1,6 +1,7 @@
 /* test_exec: the CPU executor against PyTorch training runs (tests/golden/exec, made by
- * gen_exec.py), the BN update log against SEMANTICS.md section 7's table, data loading and the
- * state's save/load round trip.
+ * gen_exec.py), forward-only runs (ps_exec_opts.forward_only) against torchgpipe's GPipe and
+ * fairscale's checkpoint_wrapper themselves (the same folder, cases_forward.txt), the BN update
+ * log against SEMANTICS.md section 7's table, data loading and the state's save/load round trip.
  *
  * Errors vs PyTorch are normwise relative per tensor, max|got - want| / max|want| (as in
  * test_kernels): running statistics 1e-5, parameters 1e-4, loss 1e-5 (relative, per step),
@@ -86,15 +87,18 @@ static void load_str(struct run *r, const char *json)
     build(r, &d);
 }
 
-static void execute(struct run *r, int steps)
+static void execute_mode(struct run *r, int steps, bool forward_only)
 {
     struct ps_diag d;
     ps_diag_clear(&d);
     struct ps_exec_opts o;
     ps_exec_opts_init(&o);
     o.steps = steps;
+    o.forward_only = forward_only;
     if (ps_exec_run(r->graph, &r->order, &o, &r->res, &d)) fail_diag(&d);
 }
+
+static void execute(struct run *r, int steps) { execute_mode(r, steps, false); }
 
 static void finish(struct run *r)
 {
@@ -139,14 +143,17 @@ static void check_tensor(const char *dir, int layer, const char *name, const flo
     if (!(e <= tol)) fail_msg("%s: relative error %.3g > %.0e", path, e, tol);
 }
 
-static void golden_case(const char *name, struct golden_max *gm)
+/* One case of cases.txt (training) or cases_forward.txt (forward only: the parameters must come
+ * back unchanged, the running statistics as PyTorch's, and the BN log must hold exactly one
+ * entry per num_batches_tracked increment, since every case starts from 0). */
+static void golden_case(const char *name, bool forward_only, struct golden_max *gm)
 {
     char dir[PATH_MAX / 2], path[PATH_MAX];
     snprintf(dir, sizeof(dir), "%s/tests/golden/exec/cases/%s", root(), name);
     snprintf(path, sizeof(path), "%s/spec.json", dir);
     struct run r;
     load_file(&r, path);
-    execute(&r, 0);
+    execute_mode(&r, 0, forward_only);
     memset(gm, 0, sizeof(*gm));
     for (int l = 0; l < r.spec->n_layers; l++) {
         const struct ps_layer_state *ls = &r.res.state.layers[l];
@@ -165,6 +172,11 @@ static void golden_case(const char *name, struct golden_max *gm)
             if (a.u.i64[0] != ls->num_batches_tracked)
                 fail_msg("%s: num_batches_tracked %lld, expected %lld", path,
                          (long long)ls->num_batches_tracked, (long long)a.u.i64[0]);
+            int64_t logged = 0;
+            for (uint32_t k = 0; k < r.res.n_bn; k++) logged += r.res.bn[k].layer == l;
+            if (forward_only && logged != a.u.i64[0])
+                fail_msg("%s: %lld BN updates logged, expected %lld", path, (long long)logged,
+                         (long long)a.u.i64[0]);
             ps_npy_finish(&a);
         }
     }
@@ -185,11 +197,10 @@ static void golden_case(const char *name, struct golden_max *gm)
     finish(&r);
 }
 
-static void test_goldens(void **state)
+static int golden_list(const char *list, bool forward_only)
 {
-    (void)state;
     char path[PATH_MAX], line[256];
-    snprintf(path, sizeof(path), "%s/tests/golden/exec/cases.txt", root());
+    snprintf(path, sizeof(path), "%s/tests/golden/exec/%s", root(), list);
     FILE *f = fopen(path, "r");
     assert_non_null(f);
     int n = 0;
@@ -198,8 +209,8 @@ static void test_goldens(void **state)
         line[strcspn(line, "\n")] = '\0';
         if (!line[0]) continue;
         struct golden_max gm;
-        golden_case(line, &gm);
-        fprintf(stderr, "  %-26s max rel err: running stats %.2e, params %.2e, loss %.2e\n",
+        golden_case(line, forward_only, &gm);
+        fprintf(stderr, "  %-30s max rel err: running stats %.2e, params %.2e, loss %.2e\n",
                 line, gm.stats, gm.param, gm.loss);
         all.stats = fmax(all.stats, gm.stats);
         all.param = fmax(all.param, gm.param);
@@ -207,9 +218,23 @@ static void test_goldens(void **state)
         n++;
     }
     fclose(f);
-    fprintf(stderr, "  %d golden cases, worst: running stats %.2e, params %.2e, loss %.2e\n", n,
-            all.stats, all.param, all.loss);
-    assert_true(n >= 18);
+    fprintf(stderr, "  %d %s cases, worst: running stats %.2e, params %.2e, loss %.2e\n", n,
+            list, all.stats, all.param, all.loss);
+    return n;
+}
+
+static void test_goldens(void **state)
+{
+    (void)state;
+    assert_true(golden_list("cases.txt", false) >= 18);
+}
+
+/* forward only (issue [bn-adaptation]): made by torchgpipe's GPipe and fairscale's
+ * checkpoint_wrapper themselves, every policy x checkpoint mode */
+static void test_goldens_forward_only(void **state)
+{
+    (void)state;
+    assert_true(golden_list("cases_forward.txt", true) >= 21);
 }
 
 /* ---- BN update order, SEMANTICS.md section 7 ------------------------------------------------------ */
@@ -522,6 +547,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_goldens),
+        cmocka_unit_test(test_goldens_forward_only),
         cmocka_unit_test(test_bn_order),
         cmocka_unit_test(test_bn_log_values),
         cmocka_unit_test(test_checkpoint_invariance),
