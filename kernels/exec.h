@@ -12,7 +12,7 @@
  * The executor reproduces torchgpipe's numerics (SEMANTICS.md sections 5 and 7): a checkpointed
  * F runs without recording (its activations are dropped, only its input is kept) and R re-runs it
  * with grad on, with the same dropout mask, just before B; BatchNorm running statistics change
- * according to spec->batchnorm, and every change is logged (struct ps_exec_bn_update) in the order it
+ * according to g->var.batchnorm, and every change is logged (struct ps_exec_bn_update) in the order it
  * happened. The measured timeline (one record per executed F/B/R node, CLOCK_MONOTONIC, of the
  * LAST step, relative to that step's start) uses the simulator's record format.
  *
@@ -122,9 +122,10 @@ void ps_exec_opts_init(struct ps_exec_opts *o); /* cpu, spec steps, trace on */
 int ps_exec_run(const struct ps_graph *g, const struct ps_order *order,
                 const struct ps_exec_opts *o, struct ps_exec_result *res, struct ps_diag *d);
 void ps_exec_result_finish(struct ps_exec_result *res); /* accepts a zeroed struct */
-/* Host bytes a run of `steps` steps needs at most (state, activations, BN update log, synthetic
- * data); ps_exec_run refuses with -E2BIG above memlimit.h's limit before allocating. */
-double ps_exec_estimate_bytes(const struct ps_spec *spec, const struct ps_model *model,
+/* Host bytes a run of `steps` steps with m micro-batches needs at most (state, activations, BN
+ * update log, synthetic data); ps_exec_run refuses with -E2BIG above memlimit.h's limit before
+ * allocating. */
+double ps_exec_estimate_bytes(const struct ps_spec *spec, const struct ps_model *model, int m,
                               int steps);
 
 /* Evaluation (exec_eval.c): forward only, eval mode, as PyTorch's model.eval() under no_grad:

@@ -17,7 +17,7 @@
  *       false, as torchgpipe keeps only the input); R(i,j) re-runs the forward with grad on and
  *       makes them live; B(i,j) refuses to run on anything not live.
  *   E2. BatchNorm running statistics change only as SEMANTICS.md section 7 says for
- *       spec->batchnorm, and every change appends one ps_bn_update, in execution order:
+ *       g->var.batchnorm, and every change appends one ps_bn_update, in execution order:
  *         plain      every training forward, grad or not (F, and R again)     TRAIN
  *         deferred   F only (never R): accumulate; commit when `chunks` micro-batches were
  *                    tracked (the count persists across steps, as torchgpipe's module state)
@@ -174,8 +174,8 @@ static int layer_forward(struct exec *ex, int i, int l, bool grad, bool recomput
         struct ps_bn bn;
         bn_view(&bn, ly, ls);
         size_t C = (size_t)ls->channels, S = (size_t)(li->in_numel / ls->channels);
-        enum ps_bn_mode mode = ps_exec_bn_mode(ex->spec->batchnorm, grad);
-        if (ex->spec->batchnorm == PS_BN_DEFERRED && !recompute) {
+        enum ps_bn_mode mode = ps_exec_bn_mode(ex->g->var.batchnorm, grad);
+        if (ex->g->var.batchnorm == PS_BN_DEFERRED && !recompute) {
             /* torchgpipe DeferredBatchNorm._track, then _commit when tracked == chunks */
             struct ps_bn_accum acc = {.channels = C, .sum = ls->sum, .sum_sq = ls->sum_sq,
                                       .count = ls->count};
@@ -496,7 +496,7 @@ void ps_exec_result_finish(struct ps_exec_result *res)
     memset(res, 0, sizeof(*res));
 }
 
-double ps_exec_estimate_bytes(const struct ps_spec *spec, const struct ps_model *model,
+double ps_exec_estimate_bytes(const struct ps_spec *spec, const struct ps_model *model, int m,
                               int steps)
 {
     double batch = (double)spec->batch, bytes = 0, bn_channels = 0;
@@ -515,7 +515,7 @@ double ps_exec_estimate_bytes(const struct ps_spec *spec, const struct ps_model 
     double in = model->n_layers ? (double)model->layers[0].in_numel : 0;
     bytes += batch * (4.0 * in + 8.0 + 4.0 * (double)model->out_numel);
     /* the BN update log: every step, up to three updates per micro-batch and layer */
-    bytes += (double)steps * 3.0 * (double)spec->mb_count *
+    bytes += (double)steps * 3.0 * (double)m *
              (bn_channels * 8.0 + (double)sizeof(struct ps_exec_bn_update));
     bytes += (double)steps * 16.0;
     /* synthetic data: steps x batch samples */
@@ -540,7 +540,7 @@ int ps_exec_run(const struct ps_graph *g, const struct ps_order *order,
         int st = o->steps > 0 ? o->steps : sp->steps;
         snprintf(what, sizeof(what), "running batch %lld for %d step%s", (long long)sp->batch, st,
                  st == 1 ? "" : "s");
-        int rc = ps_memlimit_check(ps_exec_estimate_bytes(sp, g->model, st), sp->path, what,
+        int rc = ps_memlimit_check(ps_exec_estimate_bytes(sp, g->model, g->m, st), sp->path, what,
                                    "use a smaller batch, model or fewer steps", d);
         if (rc) return rc;
     }
@@ -561,9 +561,9 @@ int ps_exec_run(const struct ps_graph *g, const struct ps_order *order,
     ex.L = spec ? spec->n_layers : 0;
     ex.m = g->m;
     ex.n = g->n;
-    ex.chunks = spec ? spec->chunks : 0;
+    ex.chunks = g->var.chunks;
     ex.batch = spec ? spec->batch : 0;
-    ex.mb_size = spec ? spec->mb_size : NULL;
+    ex.mb_size = g->mb_size;
     order = su.order;
     int steps = su.steps;
     const struct ps_data *dt = &su.data;

@@ -227,8 +227,8 @@ static int layer_forward(struct xc *x, int i, int l, bool grad, bool recompute, 
     }
     case PS_OP_BATCHNORM: {
         size_t C = dl->bn.channels, S = (size_t)(li->in_numel / (int64_t)C);
-        int mode = ps_exec_bn_mode(x->spec->batchnorm, grad);
-        if (x->spec->batchnorm == PS_BN_DEFERRED && !recompute) {
+        int mode = ps_exec_bn_mode(x->g->var.batchnorm, grad);
+        if (x->g->var.batchnorm == PS_BN_DEFERRED && !recompute) {
             rc = ps_cuda_bn_accumulate(&dl->acc, dl->bn.partial, in, n, S, s, x->d);
             if (rc) break;
             dl->tracked++;
@@ -1010,9 +1010,9 @@ int ps_exec_cuda_run(const struct ps_graph *g, const struct ps_order *order,
     x.L = spec->n_layers;
     x.m = g->m;
     x.n = g->n;
-    x.chunks = spec->chunks;
+    x.chunks = g->var.chunks;
     x.batch = spec->batch;
-    x.mb_size = spec->mb_size;
+    x.mb_size = g->mb_size;
     x.part_of = malloc((size_t)x.L * sizeof(int));
     if (!rc && !x.part_of) rc = ps_diag_set(d, -ENOMEM, "exec", "out of memory");
     for (int j = 0; !rc && j < x.n; j++)

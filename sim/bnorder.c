@@ -58,7 +58,7 @@ int ps_bn_order_build(const struct ps_graph *g, const struct ps_order *o, const 
         bool upd = false, pooled = false;
         switch (policy) {
         case PS_BN_PLAIN: upd = true; break;
-        case PS_BN_DEFERRED: upd = pooled = fwd && nd->mb == s->chunks - 1; break;
+        case PS_BN_DEFERRED: upd = pooled = fwd && nd->mb == g->var.chunks - 1; break;
         case PS_BN_GRAD_ONLY: upd = rec || (fwd && !nd->checkpointed); break;
         }
         if (!upd || np[nd->part] >= (uint32_t)g->m * 2) continue;

@@ -97,8 +97,8 @@ int ps_cost_fill(const struct ps_graph *g, const struct ps_costs *c, double *cos
         if (c && nd->part >= 0 && nd->part < g->model->n_partitions) {
             const struct ps_partition_info *p = &g->model->parts[nd->part];
             double scale = 0;
-            if (nd->mb >= 0 && nd->mb < g->spec->mb_count) {
-                double bs = (double)g->spec->mb_size[nd->mb];
+            if (nd->mb >= 0 && nd->mb < g->m && g->mb_size) {
+                double bs = (double)g->mb_size[nd->mb];
                 scale = c->per_sample ? bs : bs / c->micro_batch;
             }
             double f = 0, b = 0, w = 0;

@@ -66,7 +66,7 @@ static int64_t wgrad_keeps(const struct ps_graph *g, const struct ps_node *b)
         if ((op == PS_OP_LINEAR || op == PS_OP_CONV2D) && g->model->layers[k].params > 0)
             keep += g->model->layers[k].saved_bytes;
     }
-    return keep * g->spec->mb_size[b->mb];
+    return keep * g->mb_size[b->mb];
 }
 
 static int memory(const struct ps_graph *g, const struct ps_order *o, struct ps_sim *s)

@@ -398,7 +398,7 @@ int ps_analysis_run(const struct ps_graph *g, const struct ps_order *order, cons
     int m = g->m, n = g->n;
     /* GPipe's backward runs each partition's micro-batches in reverse (the phony edges make it
        so); the explicit schedules (1F1B, interleaved, ZB-H1) run them in micro-batch order */
-    bool reverse = g->opts.schedule == PS_SCHED_GPIPE;
+    bool reverse = g->var.schedule == PS_SCHED_GPIPE;
     if (g->fwd && g->bwd) {
         for (int j = 0; j < n; j++) {
             for (int i = 0; i < m; i++) {

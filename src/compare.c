@@ -689,8 +689,8 @@ int ps_calibrate(const struct ps_graph *g, const struct ps_order *order,
         if (rm[v] == UINT32_MAX) continue;
         const struct ps_node *n = &g->nodes[v];
         double dur = meas->r[rm[v]].dur_us;
-        bool mb_ok = n->mb >= 0 && n->mb < spec->mb_count && n->part >= 0 && n->part < np_;
-        double s = mb_ok ? (double)spec->mb_size[n->mb] : 0;
+        bool mb_ok = n->mb >= 0 && n->mb < g->m && g->mb_size && n->part >= 0 && n->part < np_;
+        double s = mb_ok ? (double)g->mb_size[n->mb] : 0;
         double *r;
         if (n->kind == PS_NODE_COMPUTE && mb_ok) {
             int col = n->phase == PS_PHASE_FWD ? n->part : np_ + n->part;
@@ -852,7 +852,7 @@ int ps_calibrate(const struct ps_graph *g, const struct ps_order *order,
     if (!c) goto nomem;
     out->costs = c;
     c->per_sample = per_sample;
-    c->micro_batch = (double)spec->mb_size[0];
+    c->micro_batch = (double)g->mb_size[0];
     double scale = per_sample ? 1.0 : c->micro_batch;
     c->n_layers = spec->n_layers;
     c->layers = calloc((size_t)c->n_layers, sizeof(*c->layers));

@@ -1,14 +1,14 @@
 /* drift: BatchNorm running-statistics drift per setting against a full-batch reference, measured
  * with the CPU executor and set next to the closed forms of SEMANTICS.md section 7 (drift.h).
  *
- * One run = spec with (chunks, checkpoint, batchnorm) overridden -> graph -> engine order ->
- * ps_exec_run. Runs are grouped by chunks: the normalisation statistics of a group are the same
+ * One run = a variant of the spec (variant.h) with (chunks, checkpoint, batchnorm) set -> graph ->
+ * engine order -> ps_exec_run. Runs are grouped by chunks: the normalisation statistics of a group are the same
  * for every policy and checkpoint mode, and a group whose runs log none (deferred only) gets one
  * extra probe run (plain, never) to read them from. Everything a run needs for its report is
  * computed while its group is alive; the executor results are freed with the group.
  *
  * Invariants:
- *   D1. The spec is restored (chunks, checkpoint, batchnorm) on every return path.
+ *   D1. The spec is never written: every setting is a variant of it.
  *   D2. Every number comes from the executor's update log or final state; nothing is simulated
  *       except the expected update order (sim/bnorder), which is compared, never substituted.
  */
@@ -31,6 +31,7 @@
 
 struct raw {
     struct ps_drift_setting s;
+    struct ps_variant v;
     int m;
     struct ps_exec_result res;
     struct ps_bn_order bo;
@@ -44,23 +45,23 @@ static void raw_finish(struct raw *r)
     memset(r, 0, sizeof(*r));
 }
 
-static int run_one(struct ps_spec *spec, const struct ps_model *model,
+static int run_one(const struct ps_spec *spec, const struct ps_model *model,
                    const struct ps_drift_setting *s, int steps, int64_t train_samples,
                    struct raw *out, struct ps_diag *d)
 {
     memset(out, 0, sizeof(*out));
     out->s = *s;
-    int rc = ps_spec_set_chunks(spec, s->chunks, d);
+    struct ps_variant *v = &out->v;
+    ps_variant_from_spec(spec, v);
+    int rc = ps_variant_set_chunks(v, spec, s->chunks, d);
     if (rc) return rc;
-    spec->checkpoint = s->checkpoint;
-    spec->batchnorm = s->policy;
-    out->m = spec->mb_count;
-    struct ps_graph_opts go;
-    ps_graph_opts_from_spec(spec, &go);
+    v->checkpoint = s->checkpoint;
+    v->batchnorm = s->policy;
+    out->m = v->mb_count;
     struct ps_graph *g = NULL;
     struct ps_order ord;
     memset(&ord, 0, sizeof(ord));
-    rc = ps_graph_build(spec, model, &go, &g, d);
+    rc = ps_graph_build(spec, model, v, &g, d);
     if (!rc) rc = ps_engine_order(g, &ord, d);
     if (!rc && ps_bn_order_build(g, &ord, NULL, s->policy, &out->bo))
         rc = ps_diag_set(d, -ENOMEM, "drift", "out of memory");
@@ -121,18 +122,15 @@ static const struct ps_exec_bn_update *last_update(const struct ps_exec_result *
     return last;
 }
 
-static int expected_updates(const struct ps_spec *spec, const struct ps_drift_setting *s, int m)
+static int expected_updates(const struct ps_variant *v)
 {
-    int stop = s->checkpoint == PS_CKPT_ALWAYS        ? s->chunks
-               : s->checkpoint == PS_CKPT_EXCEPT_LAST ? s->chunks - 1
-                                                      : 0;
+    int m = v->mb_count, stop = ps_variant_checkpoint_stop(v);
     if (stop > m) stop = m;
-    switch (s->policy) {
+    switch (v->batchnorm) {
     case PS_BN_PLAIN: return m + stop;
     case PS_BN_GRAD_ONLY: return m;
-    case PS_BN_DEFERRED: return m == s->chunks ? 1 : -1;
+    case PS_BN_DEFERRED: return m == v->chunks ? 1 : -1;
     }
-    (void)spec;
     return -1;
 }
 
@@ -222,7 +220,7 @@ static int analyse_layer(const struct ps_spec *spec, const struct raw *r, const 
     memcpy(out->running_var, ls->running_var, (size_t)C * sizeof(float));
     for (uint32_t k = 0; k < r->res.n_bn; k++)
         out->updates += r->res.bn[k].layer == l && r->res.bn[k].step == last;
-    out->expected_updates = is_ref ? 1 : expected_updates(spec, &r->s, r->m);
+    out->expected_updates = is_ref ? 1 : expected_updates(&r->v);
     out->order_as_simulated = order_matches(r, l, last);
     const struct ps_exec_bn_update *lu = last_update(&r->res, l, last);
     out->momentum = lu ? lu->factor : NAN;
@@ -399,7 +397,7 @@ static void progress(const struct ps_drift_opts *o, int k, int n, const struct p
     if (o->progress) o->progress(o->progress_ctx, k, n, s, what);
 }
 
-int ps_drift_run(struct ps_spec *spec, const struct ps_model *model, const struct ps_drift_opts *o,
+int ps_drift_run(const struct ps_spec *spec, const struct ps_model *model, const struct ps_drift_opts *o,
                  struct ps_drift *out, struct ps_diag *d)
 {
     memset(out, 0, sizeof(*out));
@@ -495,11 +493,6 @@ int ps_drift_run(struct ps_spec *spec, const struct ps_model *model, const struc
     free(group);
     ps_state_finish(&st0);
     ps_data_finish(&dt);
-    struct ps_diag dd;
-    ps_diag_clear(&dd);
-    ps_spec_set_chunks(spec, saved_chunks, &dd); /* D1 */
-    spec->checkpoint = saved_ckpt;
-    spec->batchnorm = saved_pol;
     if (rc) ps_drift_finish(out);
     return rc;
 }

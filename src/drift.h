@@ -113,10 +113,10 @@ struct ps_drift {
     struct ps_drift_run *runs;
 };
 
-/* Runs every setting and the reference. The spec is modified while it runs (chunks, checkpoint,
- * batchnorm) and restored before returning. Returns 0 or a negative errno with diag (a setting
+/* Runs every setting and the reference, each a variant of the (unchanged) spec. Returns 0 or a negative errno with diag (a setting
  * that cannot run names its chunks/policy/checkpoint). */
-int ps_drift_run(struct ps_spec *spec, const struct ps_model *model, const struct ps_drift_opts *o,
+int ps_drift_run(const struct ps_spec *spec, const struct ps_model *model,
+                 const struct ps_drift_opts *o,
                  struct ps_drift *out, struct ps_diag *d);
 void ps_drift_finish(struct ps_drift *dr); /* accepts a zeroed struct */
 

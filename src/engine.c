@@ -389,7 +389,7 @@ int ps_engine_order(const struct ps_graph *g, struct ps_order *o, struct ps_diag
 {
     /* explicit per-stage action lists (1F1B, interleaved, ZB-H1) are issued by their plan, not
        derived by the autograd engine */
-    if (g->opts.schedule != PS_SCHED_GPIPE && g->root == PS_NONE)
+    if (g->var.schedule != PS_SCHED_GPIPE && g->root == PS_NONE)
         return ps_schedule_order(g, o, diag);
     memset(o, 0, sizeof(*o));
     struct eng e = {.g = g, .o = o};

@@ -55,17 +55,26 @@ static void *grow(void *p, uint32_t *cap, uint32_t need, size_t elem)
 }
 
 struct ps_graph *ps_graph_create(const struct ps_spec *spec, const struct ps_model *model,
-                                 const struct ps_graph_opts *opts, int m, int n)
+                                 const struct ps_variant *opts, int m, int n)
 {
     struct ps_graph *g = calloc(1, sizeof(*g));
     if (!g) return NULL;
     g->spec = spec;
     g->model = model;
-    g->opts = *opts;
+    g->var = *opts;
     g->m = m;
     g->n = n;
     g->n_devices = spec ? spec->n_devices : n;
     g->loss = g->root = PS_NONE;
+    g->checkpoint_stop = ps_variant_checkpoint_stop(opts);
+    if (spec) {
+        g->mb_size = malloc(((size_t)m + 1) * sizeof(*g->mb_size));
+        if (!g->mb_size) {
+            free(g);
+            return NULL;
+        }
+        for (int i = 0; i < m; i++) g->mb_size[i] = ps_variant_mb_size(opts, i);
+    }
     return g;
 }
 
@@ -107,6 +116,7 @@ void ps_graph_destroy(struct ps_graph *g)
     free(g->fwd);
     free(g->bwd);
     free(g->rec);
+    free(g->mb_size);
     free(g);
 }
 
@@ -158,18 +168,6 @@ int ps_graph_filter_edges(struct ps_graph *g, bool (*keep)(const struct ps_edge 
         if (keep(&g->edges[e], ctx)) g->edges[w++] = g->edges[e];
     g->n_edges = w;
     return ps_graph_finalize(g);
-}
-
-void ps_graph_opts_from_spec(const struct ps_spec *spec, struct ps_graph_opts *o)
-{
-    memset(o, 0, sizeof(*o));
-    o->schedule = spec->schedule;
-    o->checkpoint = spec->checkpoint;
-    o->phony = spec->phony;
-    o->fairscale = spec->fairscale;
-    o->chunks = spec->chunks;
-    o->virtual_stages = spec->virtual_stages > 0 ? spec->virtual_stages : 1;
-    o->optimizer = false;
 }
 
 void ps_graph_estimate(int m, int n, enum ps_checkpoint c, uint64_t *nodes, uint64_t *edges)
@@ -254,10 +252,10 @@ double ps_graph_estimate_bytes(int m, int n, enum ps_checkpoint c)
 }
 
 int ps_graph_build(const struct ps_spec *spec, const struct ps_model *model,
-                   const struct ps_graph_opts *opts, struct ps_graph **out, struct ps_diag *diag)
+                   const struct ps_variant *opts, struct ps_graph **out, struct ps_diag *diag)
 {
     *out = NULL;
-    int m = spec->mb_count, n = spec->n_partitions;
+    int m = opts->mb_count, n = spec->n_partitions;
     uint64_t est_nodes, est_edges;
     ps_graph_estimate(m, n, opts->checkpoint, &est_nodes, &est_edges);
     if (est_nodes > PS_GRAPH_MAX_NODES) {
@@ -294,7 +292,7 @@ int ps_graph_build(const struct ps_spec *spec, const struct ps_model *model,
     b.cur = malloc((size_t)m * sizeof(*b.cur));
     b.cs = malloc((size_t)m * (size_t)n * sizeof(*b.cs));
     b.compute = malloc((size_t)spec->n_devices * sizeof(*b.compute));
-    b.mb_size = spec->mb_size;
+    b.mb_size = g->mb_size;
     g->fwd = malloc((size_t)m * (size_t)n * sizeof(uint32_t));
     g->bwd = malloc((size_t)m * (size_t)n * sizeof(uint32_t));
     g->rec = malloc((size_t)m * (size_t)n * sizeof(uint32_t));
@@ -321,13 +319,7 @@ int ps_graph_build(const struct ps_spec *spec, const struct ps_model *model,
     for (int d = 0; d < spec->n_devices; d++)
         b.compute[d] = ps_graph_add_stream(g, PS_STREAM_COMPUTE, d, -1, -1);
 
-    int stop = 0;
-    switch (opts->checkpoint) {
-    case PS_CKPT_ALWAYS: stop = opts->chunks; break;
-    case PS_CKPT_EXCEPT_LAST: stop = opts->chunks - 1; break;
-    case PS_CKPT_NEVER: stop = 0; break;
-    }
-    g->checkpoint_stop = stop;
+    int stop = g->checkpoint_stop;
 
     /* Host program order (HOST edges): main-thread nodes in creation order; the tasks of a
        tick come after the tick's last issued node, and the next main-thread node comes after

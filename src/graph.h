@@ -39,6 +39,7 @@
 #include "src/diag.h"
 #include "src/model.h"
 #include "src/spec.h"
+#include "src/variant.h"
 
 #define PS_NONE UINT32_MAX
 
@@ -94,23 +95,12 @@ struct ps_stream {
     int32_t part, mb;  /* copy stream cs[part][mb]; compute: part = -1, mb = -1 */
 };
 
-struct ps_graph_opts {
-    enum ps_schedule schedule;
-    enum ps_checkpoint checkpoint;
-    bool phony;        /* depend() edges */
-    bool fairscale;    /* no depend() on partition 0 */
-    int chunks;        /* configured chunks (checkpoint_stop uses it) */
-    int virtual_stages;
-    bool optimizer;    /* add an optimizer step per partition after backward */
-    int iteration;     /* training iteration in the same process (0 = first): the main thread's
-                          sequence counter has moved on by the nodes earlier iterations created,
-                          while each forward's fresh worker threads start again at 0 */
-};
 
 struct ps_graph {
     const struct ps_spec *spec;   /* not owned */
     const struct ps_model *model; /* not owned */
-    struct ps_graph_opts opts;
+    struct ps_variant var;        /* the configuration it was built for (variant.h) */
+    int64_t *mb_size;             /* samples of each micro-batch (m entries; NULL without spec) */
     int m, n;                     /* micro-batches, partitions (stages) */
     int n_devices;
     int checkpoint_stop;
@@ -131,17 +121,15 @@ struct ps_graph {
     uint32_t loss, root;
 };
 
-void ps_graph_opts_from_spec(const struct ps_spec *spec, struct ps_graph_opts *o);
-
 /* Builds the graph of the schedule in opts. Returns 0 or a negative errno (-E2BIG when the graph
  * would exceed the size limit, with the numbers in diag). */
 int ps_graph_build(const struct ps_spec *spec, const struct ps_model *model,
-                   const struct ps_graph_opts *opts, struct ps_graph **out, struct ps_diag *diag);
+                   const struct ps_variant *opts, struct ps_graph **out, struct ps_diag *diag);
 void ps_graph_destroy(struct ps_graph *g); /* accepts NULL */
 
 /* Low-level construction, used by the schedule builders and by tests. */
 struct ps_graph *ps_graph_create(const struct ps_spec *spec, const struct ps_model *model,
-                                 const struct ps_graph_opts *opts, int m, int n);
+                                 const struct ps_variant *opts, int m, int n);
 uint32_t ps_graph_add_node(struct ps_graph *g, const struct ps_node *proto);
 void ps_graph_add_edge(struct ps_graph *g, uint32_t src, uint32_t dst, enum ps_edge_kind kind);
 int32_t ps_graph_add_stream(struct ps_graph *g, enum ps_stream_kind kind, int device, int part,

@@ -173,10 +173,10 @@ static int gen_zbh1(const struct ps_spec *spec, int S, int m, struct ps_plan *p)
     return 0;
 }
 
-int ps_schedule_plan(const struct ps_spec *spec, const struct ps_graph_opts *opts,
+int ps_schedule_plan(const struct ps_spec *spec, const struct ps_variant *opts,
                      struct ps_plan *out, struct ps_diag *diag)
 {
-    int S = spec->n_partitions, m = spec->mb_count, rc;
+    int S = spec->n_partitions, m = opts->mb_count, rc;
     memset(out, 0, sizeof(*out));
     switch (opts->schedule) {
     case PS_SCHED_1F1B: rc = gen_1f1b(spec, S, m, out); break;
@@ -429,7 +429,7 @@ static int validate_plan(const struct ps_spec *spec, const struct ps_plan *p, st
 }
 
 int ps_schedule_build_plan(const struct ps_spec *spec, const struct ps_model *model,
-                           const struct ps_graph_opts *opts, const struct ps_plan *plan,
+                           const struct ps_variant *opts, const struct ps_plan *plan,
                            struct ps_graph **out, struct ps_diag *diag)
 {
     *out = NULL;
@@ -472,13 +472,7 @@ int ps_schedule_build_plan(const struct ps_spec *spec, const struct ps_model *mo
             b.stage_dev[plan->act[l][k].stage] = plan->lane_device[l];
     for (int s = 0; s < S; s++) b.stage_last[s] = PS_NONE;
     for (int d = 0; d < ndev; d++) b.compute[d] = ps_graph_add_stream(g, PS_STREAM_COMPUTE, d, -1, -1);
-    int stop = 0;
-    switch (opts->checkpoint) {
-    case PS_CKPT_ALWAYS: stop = opts->chunks; break;
-    case PS_CKPT_EXCEPT_LAST: stop = opts->chunks - 1; break;
-    case PS_CKPT_NEVER: stop = 0; break;
-    }
-    g->checkpoint_stop = stop;
+    int stop = g->checkpoint_stop;
 
     /* nodes, lane by lane, in action order; edges into nodes of other stages are added in a
        second pass once every node exists */
@@ -490,7 +484,7 @@ int ps_schedule_build_plan(const struct ps_spec *spec, const struct ps_model *mo
             const struct ps_action *a = &plan->act[l][k];
             int i = a->mb, s = a->stage, t = (int)k;
             size_t c = (size_t)i * S + s;
-            double bs = spec ? (double)spec->mb_size[i] : 1.0;
+            double bs = g->mb_size ? (double)g->mb_size[i] : 1.0;
             const struct ps_partition_info *pi = model ? &model->parts[s] : NULL;
             bool ck = i < stop;
             if (a->kind == PS_ACT_F) {
@@ -640,7 +634,7 @@ out:
 }
 
 int ps_schedule_build(const struct ps_spec *spec, const struct ps_model *model,
-                      const struct ps_graph_opts *opts, struct ps_graph **out,
+                      const struct ps_variant *opts, struct ps_graph **out,
                       struct ps_diag *diag)
 {
     *out = NULL;

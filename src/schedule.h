@@ -56,7 +56,7 @@ struct ps_plan {
 void ps_plan_finish(struct ps_plan *p); /* accepts a zeroed struct */
 
 /* The generated action lists of opts->schedule (1f1b, interleaved-1f1b, zb-h1). */
-int ps_schedule_plan(const struct ps_spec *spec, const struct ps_graph_opts *opts,
+int ps_schedule_plan(const struct ps_spec *spec, const struct ps_variant *opts,
                      struct ps_plan *out, struct ps_diag *diag);
 /* A hand-written plan: {"stages": [["F0","F1","B0","B1"], ...]}, one list per partition, tokens
  * F<i>, B<i> and W<i> (W anywhere splits backward for every stage). */
@@ -67,11 +67,11 @@ int ps_schedule_plan_parse(const char *json, const char *name, const struct ps_s
 
 /* Builds the graph of a plan (see above). */
 int ps_schedule_build_plan(const struct ps_spec *spec, const struct ps_model *model,
-                           const struct ps_graph_opts *opts, const struct ps_plan *plan,
+                           const struct ps_variant *opts, const struct ps_plan *plan,
                            struct ps_graph **out, struct ps_diag *diag);
 /* ps_schedule_plan + ps_schedule_build_plan (graph.c calls it for every schedule but GPipe). */
 int ps_schedule_build(const struct ps_spec *spec, const struct ps_model *model,
-                      const struct ps_graph_opts *opts, struct ps_graph **out,
+                      const struct ps_variant *opts, struct ps_graph **out,
                       struct ps_diag *diag);
 
 /* Execution order of an explicit-schedule graph: a topological order over DATA/PHONY/HOST edges

@@ -756,10 +756,21 @@ static int parse_device(struct ctx *c, const cJSON *v, const char *path, struct 
     return rc;
 }
 
+int64_t ps_microbatch_len(int64_t batch, int chunks)
+{
+    return (batch + chunks - 1) / chunks;
+}
+
+int ps_microbatch_count(int64_t batch, int chunks)
+{
+    int64_t size = ps_microbatch_len(batch, chunks);
+    return (int)((batch + size - 1) / size);
+}
+
 static void derive_microbatches(struct ps_spec *s)
 {
-    int64_t size = (s->batch + s->chunks - 1) / s->chunks;
-    s->mb_count = (int)((s->batch + size - 1) / size);
+    int64_t size = ps_microbatch_len(s->batch, s->chunks);
+    s->mb_count = ps_microbatch_count(s->batch, s->chunks);
     for (int i = 0; i < s->mb_count; i++)
         s->mb_size[i] = i + 1 < s->mb_count ? size : s->batch - size * (s->mb_count - 1);
 }
@@ -798,16 +809,16 @@ static int make_warnings(struct ps_spec *s)
     return 0;
 }
 
-static int check_chunks(struct ctx *c, const char *path, int64_t v)
+static int check_chunks(struct ctx *c, const char *path, int64_t v, int64_t batch)
 {
     int rc;
     if ((rc = check_min(c, path, v, 1, "number of chunks"))) return rc;
     if ((rc = check_limit(c, path, v, LIMIT_CHUNKS, "2^16"))) return rc;
-    if (v > c->spec->batch) {
+    if (v > batch) {
         rc = err(c, path, "%lld chunks exceed the batch of %lld samples", (long long)v,
-                 (long long)c->spec->batch);
+                 (long long)batch);
         ps_diag_hint(c->diag, "every micro-batch needs at least one sample: use chunks <= %lld",
-                     (long long)c->spec->batch);
+                     (long long)batch);
         return rc;
     }
     return 0;
@@ -888,7 +899,7 @@ static int parse_pipeline(struct ctx *c, const cJSON *pj)
 
     int64_t chunks;
     if ((rc = get_int(c, pj, "pipeline", "chunks", true, &chunks, path, sizeof(path)))) return rc;
-    if ((rc = check_chunks(c, path, chunks))) return rc;
+    if ((rc = check_chunks(c, path, chunks, s->batch))) return rc;
     s->chunks = (int)chunks;
 
     e = PS_CKPT_EXCEPT_LAST;
@@ -1340,32 +1351,8 @@ void ps_spec_destroy(struct ps_spec *s)
     free(s);
 }
 
-int ps_spec_set_chunks(struct ps_spec *s, int chunks, struct ps_diag *diag)
+int ps_spec_check_chunks(const struct ps_spec *s, int chunks, struct ps_diag *diag)
 {
-    struct ctx c = {s->path, diag, s};
-    char where[PATH_LEN];
-    snprintf(where, sizeof(where), "pipeline.chunks");
-    int rc = check_chunks(&c, where, chunks);
-    if (rc) return rc;
-    int64_t *sizes = calloc((size_t)chunks, sizeof(int64_t));
-    if (!sizes) return oom(&c);
-    free(s->mb_size);
-    s->mb_size = sizes;
-    s->chunks = chunks;
-    derive_microbatches(s);
-    if (make_warnings(s)) return oom(&c);
-    return 0;
-}
-
-int ps_spec_checkpoint_stop(const struct ps_spec *s)
-{
-    switch (s->checkpoint) {
-    case PS_CKPT_ALWAYS:
-        return s->chunks;
-    case PS_CKPT_EXCEPT_LAST:
-        return s->chunks - 1;
-    case PS_CKPT_NEVER:
-        return 0;
-    }
-    return 0;
+    struct ctx c = {s->path, diag, NULL};
+    return check_chunks(&c, "pipeline.chunks", chunks, s->batch);
 }

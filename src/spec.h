@@ -13,6 +13,7 @@
  *   4. device[j] is set for every partition (default "cuda:j"); device_id[j] indexes the
  *      distinct devices in order of first appearance; n_devices distinct devices.
  *   5. relative paths (weights, data, costs) are resolved against the spec file's folder.
+ *   6. nothing writes into a spec after it is loaded: overrides make a variant (variant.h).
  */
 #ifndef PS_SPEC_H
 #define PS_SPEC_H
@@ -123,11 +124,13 @@ int ps_spec_parse(const char *json, const char *name, const char *dir, struct ps
                   struct ps_diag *diag);
 void ps_spec_destroy(struct ps_spec *spec); /* accepts NULL */
 
-/* Overrides used by sweep/drift/CLI flags: re-derives mb_count/mb_size. Returns 0 or -EINVAL. */
-int ps_spec_set_chunks(struct ps_spec *spec, int chunks, struct ps_diag *diag);
-
-/* checkpoint_stop of SEMANTICS.md section 5 (uses the configured chunks, not the real m). */
-int ps_spec_checkpoint_stop(const struct ps_spec *spec);
+/* Checks a chunks value against this spec (1..batch, the limit) with the message of
+ * pipeline.chunks; used by variants (variant.h), which carry every override. 0 or -EINVAL. */
+int ps_spec_check_chunks(const struct ps_spec *spec, int chunks, struct ps_diag *diag);
+/* torch.chunk semantics: samples per chunk, ceil(batch / chunks), and the real number of
+ * micro-batches, ceil(batch / that) (can be fewer than chunks). */
+int64_t ps_microbatch_len(int64_t batch, int chunks);
+int ps_microbatch_count(int64_t batch, int chunks);
 
 const char *ps_op_name(enum ps_op op);
 const char *ps_checkpoint_name(enum ps_checkpoint c);

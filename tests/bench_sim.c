@@ -71,9 +71,9 @@ static int run_case(const char *sched, int m, int n, int simulate)
     struct ps_spec *s = make_spec(sched, m, n);
     struct ps_model *model = NULL;
     struct ps_graph *g = NULL;
-    struct ps_graph_opts o;
+    struct ps_variant o;
     if (ps_model_build(s, &model, &d)) return 1;
-    ps_graph_opts_from_spec(s, &o);
+    ps_variant_from_spec(s, &o);
     if (ps_graph_build(s, model, &o, &g, &d)) {
         fprintf(stderr, "%s\n", d.msg);
         return 1;
@@ -134,9 +134,9 @@ int main(int argc, char **argv)
         struct ps_spec *s = make_spec("gpipe", m, n);
         struct ps_model *model = NULL;
         struct ps_graph *g = NULL;
-        struct ps_graph_opts o;
+        struct ps_variant o;
         ps_model_build(s, &model, &d);
-        ps_graph_opts_from_spec(s, &o);
+        ps_variant_from_spec(s, &o);
         if (ps_graph_build(s, model, &o, &g, &d)) return 1;
         struct ps_order ord;
         if (ps_engine_order(g, &ord, &d)) return 1;

@@ -52,8 +52,8 @@ static inline int fx_load(struct fx *f, const char *sched, int m, int n, int v, 
     int rc = ps_spec_parse(json, "t.json", ".", &f->spec, d);
     if (!rc) rc = ps_model_build(f->spec, &f->model, d);
     if (rc) return rc;
-    struct ps_graph_opts o;
-    ps_graph_opts_from_spec(f->spec, &o);
+    struct ps_variant o;
+    ps_variant_from_spec(f->spec, &o);
     rc = ps_graph_build(f->spec, f->model, &o, &f->g, d);
     if (rc) return rc;
     if (f->g->root != PS_NONE) rc = ps_engine_order(f->g, &f->o, d);

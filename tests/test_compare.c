@@ -49,8 +49,8 @@ static void fx_parse(struct fx *f, const char *json)
     memset(f, 0, sizeof(*f));
     assert_int_equal(ps_spec_parse(json, "t.json", ".", &f->spec, &d), 0);
     assert_int_equal(ps_model_build(f->spec, &f->model, &d), 0);
-    struct ps_graph_opts o;
-    ps_graph_opts_from_spec(f->spec, &o);
+    struct ps_variant o;
+    ps_variant_from_spec(f->spec, &o);
     assert_int_equal(ps_graph_build(f->spec, f->model, &o, &f->g, &d), 0);
     assert_int_equal(ps_engine_order(f->g, &f->o, &d), 0);
 }
@@ -65,8 +65,8 @@ static void fx_file(struct fx *f, const char *rel)
     memset(f, 0, sizeof(*f));
     assert_int_equal(ps_spec_load(path, &f->spec, &d), 0);
     assert_int_equal(ps_model_build(f->spec, &f->model, &d), 0);
-    struct ps_graph_opts o;
-    ps_graph_opts_from_spec(f->spec, &o);
+    struct ps_variant o;
+    ps_variant_from_spec(f->spec, &o);
     assert_int_equal(ps_graph_build(f->spec, f->model, &o, &f->g, &d), 0);
     assert_int_equal(ps_engine_order(f->g, &f->o, &d), 0);
 }

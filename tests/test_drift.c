@@ -134,15 +134,15 @@ static void test_plain_always(void **state)
 
 /* ---- seed 2: the fairscale report ------------------------------------------------------- */
 
-static void run_seed2(struct ps_spec *s, const struct ps_model *m, enum ps_checkpoint ck,
+static void run_seed2(const struct ps_spec *s, const struct ps_model *m, enum ps_checkpoint ck,
                       enum ps_bn_policy pol, bool forward_only, struct ps_exec_result *r)
 {
-    s->checkpoint = ck;
-    s->batchnorm = pol;
     struct ps_diag d;
     ps_diag_clear(&d);
-    struct ps_graph_opts go;
-    ps_graph_opts_from_spec(s, &go);
+    struct ps_variant go;
+    ps_variant_from_spec(s, &go);
+    go.checkpoint = ck;
+    go.batchnorm = pol;
     struct ps_graph *g = NULL;
     struct ps_order ord;
     memset(&ord, 0, sizeof(ord));

@@ -63,8 +63,8 @@ static void fail_diag(const struct ps_diag *d)
 static void build(struct run *r, struct ps_diag *d)
 {
     if (ps_model_build(r->spec, &r->model, d)) fail_diag(d);
-    struct ps_graph_opts o;
-    ps_graph_opts_from_spec(r->spec, &o);
+    struct ps_variant o;
+    ps_variant_from_spec(r->spec, &o);
     if (ps_graph_build(r->spec, r->model, &o, &r->graph, d)) fail_diag(d);
     if (ps_engine_order(r->graph, &r->order, d)) fail_diag(d);
 }

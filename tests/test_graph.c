@@ -47,8 +47,8 @@ static void load(struct fix *f, int m, int n, const char *ckpt, bool phony, cons
     if (rc) fprintf(stderr, "%s: %s\n", d.where, d.msg);
     assert_int_equal(rc, 0);
     assert_int_equal(ps_model_build(f->spec, &f->model, &d), 0);
-    struct ps_graph_opts o;
-    ps_graph_opts_from_spec(f->spec, &o);
+    struct ps_variant o;
+    ps_variant_from_spec(f->spec, &o);
     assert_int_equal(ps_graph_build(f->spec, f->model, &o, &f->g, &d), 0);
     assert_int_equal(ps_graph_validate(f->g, &d), 0);
     assert_int_equal(ps_engine_order(f->g, &f->o, &d), 0);

@@ -98,7 +98,8 @@ static void test_estimates(void **state)
                        "\"loss\": \"sum\"}, \"pipeline\": {\"balance\": [2], \"chunks\": 4}}";
     assert_int_equal(ps_spec_parse(json, "t.json", ".", &s, &d), 0);
     assert_int_equal(ps_model_build(s, &m, &d), 0);
-    double one = ps_exec_estimate_bytes(s, m, 1), many = ps_exec_estimate_bytes(s, m, 1000);
+    double one = ps_exec_estimate_bytes(s, m, s->mb_count, 1),
+           many = ps_exec_estimate_bytes(s, m, s->mb_count, 1000);
     /* at least: weights+grads 8 * 1.001e6, activations+grads 2 layers x 1024 x 1000 x 8 */
     assert_true(one >= 8.0 * 1001000 + 2.0 * 1024 * 1000 * 8);
     /* 1000 steps of synthetic data: 1024 x 1000 samples of 1000 floats */

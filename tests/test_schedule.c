@@ -35,8 +35,8 @@ static void test_1f1b_plan(void **state)
     struct fx f;
     struct ps_diag d;
     assert_int_equal(fx_load(&f, "1f1b", 4, 3, 1, "never", "plain", &d), 0);
-    struct ps_graph_opts o;
-    ps_graph_opts_from_spec(f.spec, &o);
+    struct ps_variant o;
+    ps_variant_from_spec(f.spec, &o);
     struct ps_plan p;
     assert_int_equal(ps_schedule_plan(f.spec, &o, &p, &d), 0);
     char s[256];
@@ -99,8 +99,8 @@ static void test_zbh1_plan_split(void **state)
     uint32_t wg = 0;
     for (uint32_t v = 0; v < f.g->n_nodes; v++) wg += f.g->nodes[v].kind == PS_NODE_WGRAD;
     assert_int_equal(wg, 8);
-    struct ps_graph_opts o;
-    ps_graph_opts_from_spec(f.spec, &o);
+    struct ps_variant o;
+    ps_variant_from_spec(f.spec, &o);
     struct ps_plan p;
     assert_int_equal(ps_schedule_plan(f.spec, &o, &p, &d), 0);
     char s[256];
@@ -118,8 +118,8 @@ static void test_hand_plan_and_deadlock(void **state)
     struct fx f;
     struct ps_diag d;
     assert_int_equal(fx_load(&f, "gpipe", 2, 2, 1, "never", "plain", &d), 0);
-    struct ps_graph_opts o;
-    ps_graph_opts_from_spec(f.spec, &o);
+    struct ps_variant o;
+    ps_variant_from_spec(f.spec, &o);
     struct ps_plan p;
     /* a valid hand-written plan (1F1B on 2 stages) */
     ps_diag_clear(&d);
@@ -192,8 +192,8 @@ static void test_gpipe_optimizer(void **state)
     fx_free(&f);
     /* explicit schedules add it themselves */
     assert_int_equal(fx_load(&f, "1f1b", 3, 2, 1, "never", "plain", &d), 0);
-    struct ps_graph_opts o;
-    ps_graph_opts_from_spec(f.spec, &o);
+    struct ps_variant o;
+    ps_variant_from_spec(f.spec, &o);
     o.optimizer = true;
     struct ps_graph *g;
     assert_int_equal(ps_schedule_build(f.spec, f.model, &o, &g, &d), 0);

@@ -21,6 +21,7 @@
 
 #include "src/model.h"
 #include "src/spec.h"
+#include "src/variant.h"
 
 static const char *source_root(void)
 {
@@ -136,7 +137,10 @@ static void test_chunks_5_4(void **state)
     assert_string_equal(s->warnings[0],
                         "spec.json: pipeline.chunks: 4 chunks of a batch of 5 give 3 "
                         "micro-batches (torch.chunk semantics); the pipeline runs with m=3");
-    assert_int_equal(ps_spec_checkpoint_stop(s), 3); /* configured chunks - 1, not m - 1 */
+    struct ps_variant v;
+    ps_variant_from_spec(s, &v);
+    assert_int_equal(v.mb_count, 3);
+    assert_int_equal(ps_variant_checkpoint_stop(&v), 3); /* configured chunks - 1, not m - 1 */
     ps_spec_destroy(s);
 }
 
@@ -173,34 +177,44 @@ static void test_chunks_table(void **state)
     }
 }
 
-static void test_set_chunks(void **state)
+/* A variant overrides chunks (sweep, drift) without touching the spec: torch.chunk sizes
+ * worked by hand for a batch of 5. */
+static void test_variant_chunks(void **state)
 {
     (void)state;
     char json[2048], buf[2048];
     struct ps_diag d;
     struct ps_spec *s = parse_ok(mlp(json, sizeof(json), 5, 1, "", ""), "spec.json", ".");
-    assert_int_equal(s->mb_count, 1);
-    assert_int_equal(s->n_warnings, 0);
+    struct ps_variant v;
+    ps_variant_from_spec(s, &v);
+    assert_int_equal(v.chunks, 1);
+    assert_int_equal(v.mb_count, 1);
+    assert_int_equal(ps_variant_mb_size(&v, 0), 5);
 
     ps_diag_clear(&d);
-    assert_int_equal(ps_spec_set_chunks(s, 4, &d), 0);
-    assert_int_equal(s->chunks, 4);
-    assert_int_equal(s->mb_count, 3);
-    assert_int_equal(s->n_warnings, 1);
-    assert_int_equal(ps_spec_set_chunks(s, 4, &d), 0); /* no duplicate warning */
-    assert_int_equal(s->n_warnings, 1);
-    assert_int_equal(ps_spec_set_chunks(s, 5, &d), 0);
-    assert_int_equal(s->mb_count, 5);
+    assert_int_equal(ps_variant_set_chunks(&v, s, 4, &d), 0); /* 2 2 1 */
+    assert_int_equal(v.chunks, 4);
+    assert_int_equal(v.mb_count, 3);
+    assert_int_equal(ps_variant_mb_size(&v, 0), 2);
+    assert_int_equal(ps_variant_mb_size(&v, 1), 2);
+    assert_int_equal(ps_variant_mb_size(&v, 2), 1);
+    assert_int_equal(ps_variant_set_chunks(&v, s, 5, &d), 0); /* 1 1 1 1 1 */
+    assert_int_equal(v.mb_count, 5);
+    assert_int_equal(ps_variant_mb_size(&v, 4), 1);
+    /* the spec is untouched: its own chunks, split and warnings */
+    assert_int_equal(s->chunks, 1);
+    assert_int_equal(s->mb_count, 1);
+    assert_int_equal(s->mb_size[0], 5);
     assert_int_equal(s->n_warnings, 0);
-    assert_int_equal(s->mb_size[4], 1);
 
-    assert_int_equal(ps_spec_set_chunks(s, 6, &d), -EINVAL);
+    assert_int_equal(ps_variant_set_chunks(&v, s, 6, &d), -EINVAL);
     assert_string_equal(ps_diag_format(&d, buf, sizeof(buf)),
                         "spec.json: pipeline.chunks: 6 chunks exceed the batch of 5 samples "
                         "(hint: every micro-batch needs at least one sample: use chunks <= 5)");
-    assert_int_equal(s->chunks, 5); /* unchanged on error */
+    assert_int_equal(v.chunks, 5); /* unchanged on error */
+    assert_int_equal(v.mb_count, 5);
     ps_diag_clear(&d);
-    assert_int_equal(ps_spec_set_chunks(s, 0, &d), -EINVAL);
+    assert_int_equal(ps_variant_set_chunks(&v, s, 0, &d), -EINVAL);
     assert_string_equal(ps_diag_format(&d, buf, sizeof(buf)),
                         "spec.json: pipeline.chunks: expected a positive number of chunks, found 0");
     ps_spec_destroy(s);
@@ -217,7 +231,9 @@ static void test_checkpoint_stop(void **state)
     };
     for (int k = 0; k < 3; k++) {
         struct ps_spec *s = parse_ok(mlp(json, sizeof(json), 8, 4, cases[k].mode, ""), "a", ".");
-        assert_int_equal(ps_spec_checkpoint_stop(s), cases[k].stop);
+        struct ps_variant v;
+        ps_variant_from_spec(s, &v);
+        assert_int_equal(ps_variant_checkpoint_stop(&v), cases[k].stop);
         ps_spec_destroy(s);
     }
 }
@@ -462,7 +478,7 @@ int main(void)
     const struct CMUnitTest unit[] = {
         cmocka_unit_test(test_defaults),     cmocka_unit_test(test_layer_defaults),
         cmocka_unit_test(test_chunks_5_4),   cmocka_unit_test(test_chunks_32_8),
-        cmocka_unit_test(test_chunks_table), cmocka_unit_test(test_set_chunks),
+        cmocka_unit_test(test_chunks_table), cmocka_unit_test(test_variant_chunks),
         cmocka_unit_test(test_checkpoint_stop), cmocka_unit_test(test_devices),
         cmocka_unit_test(test_paths),        cmocka_unit_test(test_unreadable),
         cmocka_unit_test(test_parse_errors), cmocka_unit_test(test_names),

@@ -332,8 +332,8 @@ static void gp_init(struct gp *p)
     s->link_latency_us = 2;
     s->steps = 3;
     s->lr = 0.05;
-    struct ps_graph_opts o;
-    ps_graph_opts_from_spec(s, &o);
+    struct ps_variant o;
+    ps_variant_from_spec(s, &o);
     struct ps_diag d = {0};
     int rc = ps_graph_build(s, NULL, &o, &p->g, &d);
     if (rc) fprintf(stderr, "build: %s\n", d.msg);

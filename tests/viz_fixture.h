@@ -48,7 +48,7 @@ static inline void fx_twin(struct ps_graph *g, uint32_t a, uint32_t b)
 
 static inline struct ps_graph *fx_small_graph(void)
 {
-    struct ps_graph_opts o = {0};
+    struct ps_variant o = {0};
     o.schedule = PS_SCHED_GPIPE;
     o.checkpoint = PS_CKPT_EXCEPT_LAST;
     o.phony = true;

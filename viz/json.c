@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/variant.h"
 #include "viz/viz.h"
 
 /* ---- numbers and helpers --------------------------------------------------------------- */
@@ -251,7 +252,9 @@ int ps_report_add_spec(cJSON *root, const struct ps_spec *s)
     cJSON *mbs = arr(&b, p, "mb_size");
     for (int i = 0; s->mb_size && i < s->mb_count; i++) integer(&b, mbs, NULL, s->mb_size[i]);
     str(&b, p, "checkpoint", ps_checkpoint_name(s->checkpoint));
-    integer(&b, p, "checkpoint_stop", ps_spec_checkpoint_stop(s));
+    struct ps_variant own;
+    ps_variant_from_spec(s, &own);
+    integer(&b, p, "checkpoint_stop", ps_variant_checkpoint_stop(&own));
     str(&b, p, "batchnorm", ps_bn_policy_name(s->batchnorm));
     boolean(&b, p, "phony", s->phony);
     integer(&b, p, "virtual_stages", s->virtual_stages > 0 ? s->virtual_stages : 1);

@@ -58,9 +58,9 @@ void ps_cli_info(const struct ps_cli *cli, const char *fmt, ...)
 
 /* Loads the spec, builds model, graph (with `opts` when not NULL) and the engine order; prints
  * spec warnings. Returns 0 or an exit code after printing the error. */
-int ps_ctx_load(struct ps_ctx *ctx, const struct ps_cli *cli, const struct ps_graph_opts *opts);
+int ps_ctx_load(struct ps_ctx *ctx, const struct ps_cli *cli, const struct ps_variant *opts);
 /* Rebuilds graph and order with other options on the same spec. */
-int ps_ctx_rebuild(struct ps_ctx *ctx, const struct ps_graph_opts *opts, struct ps_diag *d);
+int ps_ctx_rebuild(struct ps_ctx *ctx, const struct ps_variant *opts, struct ps_diag *d);
 void ps_ctx_finish(struct ps_ctx *ctx);
 
 /* Argument helpers for cmd_*.c: "--name value" or "--name=value". Returns the value and advances

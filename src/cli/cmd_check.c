@@ -95,8 +95,8 @@ int ps_cmd_check(struct ps_cli *cli)
         return ps_cli_fail(&d, PS_EXIT_INPUT);
     }
     /* the no-phony what-if */
-    struct ps_graph_opts wo;
-    ps_graph_opts_from_spec(s, &wo);
+    struct ps_variant wo;
+    ps_variant_from_spec(s, &wo);
     wo.phony = false;
     struct ps_graph *gw = NULL;
     struct ps_order ow;

@@ -78,8 +78,8 @@ int ps_cmd_compare(struct ps_cli *cli)
     }
     for (int k = 0; k < spec->n_warnings; k++) ps_cli_warn(cli, "%s", spec->warnings[k]);
     if ((code = ps_simrun_costs(cli, spec, costs_path, &costs))) goto out;
-    struct ps_graph_opts o;
-    ps_graph_opts_from_spec(spec, &o);
+    struct ps_variant o;
+    ps_variant_from_spec(spec, &o);
     if (ps_simrun(spec, model, &o, NULL, costs, &run, &d)) {
         code = ps_cli_fail(&d, run.stuck ? PS_EXIT_FOUND : PS_EXIT_INPUT);
         goto out;

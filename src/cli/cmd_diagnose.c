@@ -191,8 +191,8 @@ int ps_cmd_diagnose(struct ps_cli *cli)
     /* ---- check ---------------------------------------------------------------------------- */
     ps_cost_fill_roofline(g, cost);
     if (ps_analysis_run(g, &ctx.order, cost, &an, &d)) goto fail;
-    struct ps_graph_opts wo;
-    ps_graph_opts_from_spec(spec, &wo);
+    struct ps_variant wo;
+    ps_variant_from_spec(spec, &wo);
     wo.phony = false;
     bool whatif = spec->phony && spec->schedule == PS_SCHED_GPIPE &&
                   ps_graph_build(spec, ctx.model, &wo, &gw, &d) == 0 &&
@@ -201,8 +201,8 @@ int ps_cmd_diagnose(struct ps_cli *cli)
     ps_cli_info(cli, "diagnose: checks done (%.2f s)", now_s() - t_start);
 
     /* ---- simulate ------------------------------------------------------------------------- */
-    struct ps_graph_opts o;
-    ps_graph_opts_from_spec(spec, &o);
+    struct ps_variant o;
+    ps_variant_from_spec(spec, &o);
     if (ps_simrun(spec, ctx.model, &o, NULL, costs, &sr, &d)) goto fail;
     ps_cli_info(cli, "diagnose: simulated (%.2f s)", now_s() - t_start);
 

@@ -59,8 +59,8 @@ int ps_cmd_graph(struct ps_cli *cli)
     struct ps_diag d;
     ps_diag_clear(&d);
     if (nophony || iteration) {
-        struct ps_graph_opts o;
-        ps_graph_opts_from_spec(ctx.spec, &o);
+        struct ps_variant o;
+        ps_variant_from_spec(ctx.spec, &o);
         o.phony = !nophony && ctx.spec->phony;
         o.iteration = iteration;
         if ((rc = ps_ctx_rebuild(&ctx, &o, &d))) {

@@ -189,8 +189,8 @@ int ps_cmd_simulate(struct ps_cli *cli)
         code = ps_cli_fail(&d, PS_EXIT_INPUT);
         goto out;
     }
-    struct ps_graph_opts o;
-    ps_graph_opts_from_spec(spec, &o);
+    struct ps_variant o;
+    ps_variant_from_spec(spec, &o);
     o.optimizer = optimizer;
     rc = ps_simrun(spec, model, &o, actions ? &plan : NULL, costs, &a, &d);
     if (rc == -EDEADLK) {

@@ -103,15 +103,15 @@ int ps_cmd_sweep(struct ps_cli *cli)
                     fprintf(stderr, "\rsweep: %d/%d %s %s chunks=%d   ", done, total,
                             scheds[sc[a]], ckpts[ck[b]], chunks[c]);
                 ps_diag_clear(&d);
-                if (ps_spec_set_chunks(spec, chunks[c], &d)) {
+                struct ps_variant o;
+                ps_variant_from_spec(spec, &o);
+                if (ps_variant_set_chunks(&o, spec, chunks[c], &d)) {
                     if (cli->verbosity >= 0) fputc('\n', stderr);
                     ps_cli_warn(cli, "chunks=%d skipped: %s", chunks[c], d.msg);
                     continue;
                 }
-                spec->schedule = (enum ps_schedule)sc[a];
-                spec->checkpoint = (enum ps_checkpoint)ck[b];
-                struct ps_graph_opts o;
-                ps_graph_opts_from_spec(spec, &o);
+                o.schedule = (enum ps_schedule)sc[a];
+                o.checkpoint = (enum ps_checkpoint)ck[b];
                 struct ps_simrun run;
                 if (ps_simrun(spec, model, &o, NULL, costs, &run, &d)) {
                     if (cli->verbosity >= 0) fputc('\n', stderr);
@@ -130,7 +130,7 @@ int ps_cmd_sweep(struct ps_cli *cli)
                 if (!quiet) {
                     char mb[32];
                     printf("%-17s %-11s %6d %4d %14.3f %14.1f %8.4f %12s %9.1f%%\n",
-                           scheds[sc[a]], ckpts[ck[b]], chunks[c], spec->mb_count, r->makespan,
+                           scheds[sc[a]], ckpts[ck[b]], chunks[c], o.mb_count, r->makespan,
                            r->throughput, r->bubble, ps_cli_bytes((double)r->peak, mb, sizeof(mb)),
                            100 * r->recompute);
                     fflush(stdout);

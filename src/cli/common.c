@@ -45,14 +45,14 @@ void ps_cli_info(const struct ps_cli *cli, const char *fmt, ...)
     va_end(ap);
 }
 
-int ps_ctx_rebuild(struct ps_ctx *ctx, const struct ps_graph_opts *opts, struct ps_diag *d)
+int ps_ctx_rebuild(struct ps_ctx *ctx, const struct ps_variant *opts, struct ps_diag *d)
 {
     ps_order_finish(&ctx->order);
     ps_graph_destroy(ctx->graph);
     ctx->graph = NULL;
-    struct ps_graph_opts o;
+    struct ps_variant o;
     if (!opts) {
-        ps_graph_opts_from_spec(ctx->spec, &o);
+        ps_variant_from_spec(ctx->spec, &o);
         opts = &o;
     }
     int rc = ps_graph_build(ctx->spec, ctx->model, opts, &ctx->graph, d);
@@ -61,7 +61,7 @@ int ps_ctx_rebuild(struct ps_ctx *ctx, const struct ps_graph_opts *opts, struct 
     return rc == -EDEADLK ? 0 : rc;
 }
 
-int ps_ctx_load(struct ps_ctx *ctx, const struct ps_cli *cli, const struct ps_graph_opts *opts)
+int ps_ctx_load(struct ps_ctx *ctx, const struct ps_cli *cli, const struct ps_variant *opts)
 {
     memset(ctx, 0, sizeof(*ctx));
     struct ps_diag d;

@@ -6,7 +6,7 @@
 #include <string.h>
 
 int ps_simrun(const struct ps_spec *spec, const struct ps_model *model,
-              const struct ps_graph_opts *opts, const struct ps_plan *plan,
+              const struct ps_variant *opts, const struct ps_plan *plan,
               const struct ps_costs *costs, struct ps_simrun *run, struct ps_diag *diag)
 {
     memset(run, 0, sizeof(*run));

@@ -20,7 +20,7 @@ struct ps_simrun {
 /* plan may be NULL (the spec's schedule); costs may be NULL (roofline). Returns 0, -EDEADLK
  * (run->stuck filled) or another negative errno with diag. */
 int ps_simrun(const struct ps_spec *spec, const struct ps_model *model,
-              const struct ps_graph_opts *opts, const struct ps_plan *plan,
+              const struct ps_variant *opts, const struct ps_plan *plan,
               const struct ps_costs *costs, struct ps_simrun *run, struct ps_diag *diag);
 void ps_simrun_finish(struct ps_simrun *run);
 /* Loads spec->costs when set (NULL otherwise); exit code on failure. */

@@ -4,7 +4,7 @@
  * (the cap below keeps the fuzzer from spending its time building big graphs, whose size
  * limit tests/test_graph.c checks), the task graph of the spec's schedule, its structural
  * validation, the execution order, the roofline costs and a simulation. Then the chunks override
- * that sweep and drift use. Contract checked: a failure leaves *out NULL and an error message;
+ * that sweep and drift use (a variant). Contract checked: a failure leaves *out NULL and an error message;
  * a success keeps the invariants of spec.h (balance sums to the layers, 1 <= mb_count <= chunks).
  */
 #include <errno.h>
@@ -43,14 +43,16 @@ static void check_spec(const struct ps_spec *s)
     FUZZ_CHECK(total == s->batch);
 }
 
-static void graph_and_sim(const struct ps_spec *s, const struct ps_model *m)
+static void graph_and_sim(const struct ps_spec *s, const struct ps_model *m,
+                          const struct ps_variant *vo)
 {
+    struct ps_variant o;
+    if (vo) o = *vo;
+    else ps_variant_from_spec(s, &o);
     uint64_t nodes, edges;
-    ps_graph_estimate(s->mb_count, s->n_partitions * (s->virtual_stages > 0 ? s->virtual_stages : 1),
-                      s->checkpoint, &nodes, &edges);
+    ps_graph_estimate(o.mb_count, s->n_partitions * o.virtual_stages, o.checkpoint, &nodes,
+                      &edges);
     if (nodes > FUZZ_MAX_NODES) return;
-    struct ps_graph_opts o;
-    ps_graph_opts_from_spec(s, &o);
     struct ps_graph *g = NULL;
     struct ps_diag d;
     ps_diag_clear(&d);
@@ -112,13 +114,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(rc < 0 && m == NULL && d.msg[0]);
     } else {
         FUZZ_CHECK(m->n_layers == s->n_layers && m->n_partitions == s->n_partitions);
-        graph_and_sim(s, m);
-        /* the override sweep and drift apply: a size derived from the input */
+        graph_and_sim(s, m, NULL);
+        /* the override sweep and drift apply (a variant): a size derived from the input */
         ps_diag_clear(&d);
         int chunks = 1 + (int)(size % 9);
-        if (ps_spec_set_chunks(s, chunks, &d) == 0) {
-            check_spec(s);
-            graph_and_sim(s, m);
+        struct ps_variant v;
+        ps_variant_from_spec(s, &v);
+        if (ps_variant_set_chunks(&v, s, chunks, &d) == 0) {
+            FUZZ_CHECK(v.chunks == chunks && v.mb_count >= 1 && v.mb_count <= chunks);
+            int64_t total = 0;
+            for (int i = 0; i < v.mb_count; i++) {
+                FUZZ_CHECK(ps_variant_mb_size(&v, i) >= 1);
+                total += ps_variant_mb_size(&v, i);
+            }
+            FUZZ_CHECK(total == s->batch);
+            graph_and_sim(s, m, &v);
         } else {
             FUZZ_CHECK(d.msg[0]);
         }

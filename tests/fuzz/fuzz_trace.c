@@ -52,11 +52,11 @@ static void setup(void)
 {
     struct ps_diag d;
     ps_diag_clear(&d);
-    struct ps_graph_opts o;
+    struct ps_variant o;
     int rc = ps_spec_parse(SPEC, "fuzz.json", "/", &G.spec, &d);
     if (!rc) rc = ps_model_build(G.spec, &G.model, &d);
     if (!rc) {
-        ps_graph_opts_from_spec(G.spec, &o);
+        ps_variant_from_spec(G.spec, &o);
         rc = ps_graph_build(G.spec, G.model, &o, &G.g, &d);
     }
     if (!rc) rc = ps_engine_order(G.g, &G.order, &d);

@@ -176,9 +176,9 @@ static int bench_pipeline(int steps, int gpus, struct ps_diag *d)
     memset(&order, 0, sizeof(order));
     int rc = ps_spec_parse(js, "bench.json", ".", &spec, d);
     if (!rc) rc = ps_model_build(spec, &model, d);
-    struct ps_graph_opts go;
+    struct ps_variant go;
     if (!rc) {
-        ps_graph_opts_from_spec(spec, &go);
+        ps_variant_from_spec(spec, &go);
         rc = ps_graph_build(spec, model, &go, &g, d);
     }
     if (!rc) rc = ps_engine_order(g, &order, d);

@@ -486,8 +486,8 @@ static void load(struct run *r, const char *ckpt, const char *policy, const char
     memset(r, 0, sizeof(*r));
     if (ps_spec_parse(js, "gpu.json", ".", &r->spec, &d)) fail_diag(&d);
     if (ps_model_build(r->spec, &r->model, &d)) fail_diag(&d);
-    struct ps_graph_opts o;
-    ps_graph_opts_from_spec(r->spec, &o);
+    struct ps_variant o;
+    ps_variant_from_spec(r->spec, &o);
     if (ps_graph_build(r->spec, r->model, &o, &r->graph, &d)) fail_diag(&d);
     if (ps_engine_order(r->graph, &r->order, &d)) fail_diag(&d);
 }
