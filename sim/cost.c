@@ -1,6 +1,7 @@
 /* cost: the roofline cost model of a node and measured per-layer costs (see cost.h and
  * sim/COSTS.md). */
 #include "sim/cost.h"
+#include "src/file.h"
 #include "src/memlimit.h"
 
 #include <cjson/cJSON.h>
@@ -243,38 +244,12 @@ out:
 int ps_costs_load(const char *path, struct ps_costs **out, struct ps_diag *diag)
 {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return ps_diag_set(diag, -errno, path, "cannot open: %s", strerror(errno));
-    int mrc = ps_memlimit_check_file(f, path, 8.0, diag); /* text + cJSON tree */
-    if (mrc) {
-        fclose(f);
-        return mrc;
-    }
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n + 4096 > cap) {
-            char *q = realloc(buf, cap = cap ? cap * 2 : 8192);
-            if (!q) {
-                free(buf);
-                fclose(f);
-                return ps_diag_set(diag, -ENOMEM, path, "out of memory");
-            }
-            buf = q;
-        }
-        size_t r = fread(buf + n, 1, cap - n - 1, f);
-        if (!r) break;
-        n += r;
-    }
-    if (ferror(f)) {
-        int e = errno ? errno : EIO;
-        fclose(f);
-        free(buf);
-        return ps_diag_set(diag, -e, path, "cannot read: %s", strerror(e));
-    }
-    fclose(f);
-    buf[n] = 0;
-    int rc = ps_costs_parse(buf, path, out, diag);
+    struct ps_file_opts fo = {.factor = 8.0}; /* text + cJSON tree */
+    char *buf;
+    size_t n;
+    int rc = ps_file_read(path, &fo, &buf, &n, diag);
+    if (rc) return rc;
+    rc = ps_costs_parse(buf, path, out, diag);
     free(buf);
     return rc;
 }

@@ -17,8 +17,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include <zlib.h>
 
+#include "src/file.h"
 #include "src/memlimit.h"
 #include "src/npy.h"
 #include "src/rng.h"
@@ -192,38 +192,6 @@ static int load_npy(struct ps_data *dt, const struct ps_spec *spec, const struct
 
 /* ---- csv --------------------------------------------------------------------------------- */
 
-/* Reads one line (any length) into *buf; returns its length, 0 at EOF, -1 on error, -2 for a
- * line with a NUL byte (gzgets would hide it: the rest of the line would be lost silently). To
- * find the end of what gzgets wrote, the space it may fill is set to 0x01 first: the terminating
- * NUL is the last byte there that is not 0x01. */
-static long read_line(gzFile f, char **buf, size_t *cap)
-{
-    size_t len = 0;
-    for (;;) {
-        if (*cap - len < 2) {
-            size_t nc = *cap ? *cap * 2 : 4096;
-            char *nb = realloc(*buf, nc);
-            if (!nb) return -1;
-            *buf = nb;
-            *cap = nc;
-        }
-        size_t room = *cap - len < 1024 ? *cap - len : 1024; /* what one gzgets may fill */
-        memset(*buf + len, 1, room);
-        if (!gzgets(f, *buf + len, (int)room)) {
-            int err;
-            gzerror(f, &err);
-            if (err != Z_OK && err != Z_STREAM_END) return -1;
-            (*buf)[len] = '\0';
-            return (long)len;
-        }
-        size_t got = strlen(*buf + len), end = len + room - 1;
-        while (end > len && (*buf)[end] == 1) end--;
-        if (len + got != end) return -2;
-        len += got;
-        if (len && (*buf)[len - 1] == '\n') return (long)len;
-    }
-}
-
 /* Splits a line at commas in place; returns the field count (fields[] gets at most max). */
 static int split(char *s, char **fields, int max)
 {
@@ -262,35 +230,22 @@ static int load_csv(struct ps_data *dt, const struct ps_spec *spec, struct ps_di
                            "a csv target column holds one value per row, but the model has %lld "
                            "outputs for the mse loss",
                            (long long)dt->out_numel);
-    struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-        return ps_diag_set(d, -EISDIR, path, "cannot read: %s", strerror(EISDIR));
-    gzFile f = gzopen(path, "rb");
-    if (!f) {
-        int e = errno ? errno : ENOENT;
-        return ps_diag_set(d, -e, path, "cannot open: %s", strerror(e));
-    }
+    struct ps_file_lines f;
+    int frc = ps_file_lines_open(&f, path, d); /* plain or gzip, each line within the limit */
+    if (frc) return frc;
     int want_cols = (int)dt->in_numel + 1;
     char **fields = malloc((size_t)want_cols * sizeof(char *));
     char *line = NULL;
-    size_t cap = 0, cap_rows = 0;
+    size_t line_len = 0, cap_rows = 0;
     int rc = 0;
     long lineno = 0;
     int64_t S = 0;
     if (!fields) rc = ps_diag_set(d, -ENOMEM, path, "out of memory");
     while (rc == 0) {
-        long len = read_line(f, &line, &cap);
-        if (len == -2) {
-            snprintf(where, sizeof(where), "%s:%ld", path, lineno + 1);
-            rc = ps_diag_set(d, -EINVAL, where, "a NUL byte in the line (not a text file?)");
-            break;
-        }
-        if (len < 0) {
-            rc = ps_diag_set(d, -EIO, path, "read error (corrupt gzip stream?)");
-            break;
-        }
-        if (len == 0) break;
-        lineno++;
+        int got = ps_file_lines_next(&f, &line, &line_len, d);
+        if (got < 0) rc = got;
+        if (got <= 0) break;
+        lineno = f.lineno;
         int nf = split(line, fields, want_cols);
         if (nf == 1 && fields[0][0] == '\0') continue; /* empty line */
         snprintf(where, sizeof(where), "%s:%ld", path, lineno);
@@ -374,8 +329,7 @@ static int load_csv(struct ps_data *dt, const struct ps_spec *spec, struct ps_di
         }
         if (rc == 0) S++;
     }
-    gzclose(f);
-    free(line);
+    ps_file_lines_close(&f);
     free(fields);
     if (rc == 0 && S == 0) rc = ps_diag_set(d, -EINVAL, path, "no data rows");
     dt->n_samples = S;

@@ -22,6 +22,7 @@
 #include "src/npy.h"
 
 #include "src/diag.h"
+#include "src/file.h"
 #include "src/memlimit.h"
 
 #include <errno.h>
@@ -339,39 +340,18 @@ int ps_npy_parse(const void *buf, size_t len, const char *where, enum ps_npy_kin
 int ps_npy_load(const char *path, enum ps_npy_kind want, struct ps_npy *out, struct ps_diag *d)
 {
     memset(out, 0, sizeof(*out));
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        int e = errno;
-        return ps_diag_set(d, -e, path, "cannot open: %s", strerror(e));
-    }
-    int mrc = ps_memlimit_check_file(f, path, 3.0, d); /* the file, its elements converted */
-    if (mrc) {
-        fclose(f);
-        return mrc;
-    }
-    size_t cap = 1 << 16, len = 0;
-    unsigned char *buf = malloc(cap);
-    int rc = 0;
-    while (buf) {
-        if (len == cap) {
-            unsigned char *nb = cap > SIZE_MAX / 2 ? NULL : realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) break;
-    }
-    if (!buf) rc = ps_diag_set(d, -ENOMEM, path, "out of memory reading the file");
-    else if (ferror(f)) rc = ps_diag_set(d, -EIO, path, "cannot read: %s", strerror(errno ? errno : EIO));
-    fclose(f);
-    if (rc == 0) rc = ps_npy_parse(buf, len, path, want, out, d);
-    free(buf);
+    /* the file, then its elements converted: at most 3x its size (f32 or i64 from smaller) */
+    struct ps_file_opts fo = {.factor = 3.0};
+    struct ps_file_in in;
+    int rc = ps_file_open(&in, path, &fo, d);
+    if (rc) return rc;
+    /* the magic first: a device or FIFO that is no .npy file fails before it is read whole */
+    rc = ps_file_fill(&in, sizeof(MAGIC), d);
+    if (rc == 0 && (in.len < sizeof(MAGIC) || memcmp(in.text, MAGIC, sizeof(MAGIC)) != 0))
+        rc = ps_npy_parse(in.text, in.len, path, want, out, d);
+    if (rc == 0) rc = ps_file_fill(&in, SIZE_MAX, d);
+    if (rc == 0) rc = ps_npy_parse(in.text, in.len, path, want, out, d);
+    ps_file_close(&in, false);
     return rc;
 }
 

@@ -17,6 +17,7 @@
  * pure function of (S, m).
  */
 #include "src/schedule.h"
+#include "src/file.h"
 #include "src/memlimit.h"
 
 #include <cjson/cJSON.h>
@@ -272,33 +273,12 @@ int ps_schedule_plan_load(const char *path, const struct ps_spec *spec, struct p
                           struct ps_diag *diag)
 {
     memset(out, 0, sizeof(*out));
-    FILE *f = fopen(path, "rb");
-    if (!f) return ps_diag_set(diag, -errno, path, "cannot open: %s", strerror(errno));
-    int mrc = ps_memlimit_check_file(f, path, 8.0, diag); /* text + cJSON tree */
-    if (mrc) {
-        fclose(f);
-        return mrc;
-    }
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    size_t r;
-    while (buf && (r = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-        n += r;
-        if (n + 1 == cap) {
-            char *q = realloc(buf, cap * 2);
-            if (!q) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = q;
-            cap *= 2;
-        }
-    }
-    fclose(f);
-    if (!buf) return ps_diag_set(diag, -ENOMEM, path, "out of memory");
-    buf[n] = 0;
-    int rc = ps_schedule_plan_parse(buf, path, spec, out, diag);
+    struct ps_file_opts fo = {.factor = 8.0}; /* text + cJSON tree */
+    char *buf;
+    size_t n;
+    int rc = ps_file_read(path, &fo, &buf, &n, diag);
+    if (rc) return rc;
+    rc = ps_schedule_plan_parse(buf, path, spec, out, diag);
     free(buf);
     return rc;
 }

@@ -19,6 +19,8 @@
  */
 #include "src/spec.h"
 
+#include "src/file.h"
+
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <limits.h>
@@ -1270,46 +1272,12 @@ int ps_spec_parse(const char *json, const char *name, const char *dir, struct ps
 int ps_spec_load(const char *path, struct ps_spec **out, struct ps_diag *diag)
 {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        int e = errno;
-        return ps_diag_set(diag, -e, path, "cannot read the spec: %s", strerror(e));
-    }
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap + 1);
-    int rc = 0;
-    while (buf) {
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) break;
-        if (len == cap) {
-            if (cap >= (size_t)LIMIT_FILE_BYTES) break;
-            cap *= 2;
-            char *nb = realloc(buf, cap + 1);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-            }
-            buf = nb;
-        }
-    }
-    if (!buf) {
-        fclose(f);
-        return ps_diag_set(diag, -ENOMEM, path, "out of memory");
-    }
-    if (ferror(f)) {
-        int e = errno ? errno : EIO;
-        rc = ps_diag_set(diag, -e, path, "cannot read the spec: %s", strerror(e));
-    } else if (len >= (size_t)LIMIT_FILE_BYTES) {
-        rc = ps_diag_set(diag, -EFBIG, path, "file exceeds the limit of %ld bytes (16 MiB)",
-                         LIMIT_FILE_BYTES);
-    }
-    fclose(f);
-    if (rc) {
-        free(buf);
-        return rc;
-    }
-    buf[len] = '\0';
+    /* a spec is small: the 16 MiB cap, not the memory limit, is what bounds it */
+    struct ps_file_opts fo = {.noun = "the spec", .factor = 1, .max_bytes = LIMIT_FILE_BYTES};
+    char *buf;
+    size_t len;
+    int rc = ps_file_read(path, &fo, &buf, &len, diag);
+    if (rc) return rc;
 
     char *dir = xstrdup(path);
     if (!dir) {

@@ -9,6 +9,7 @@
  * skew a comparison) and lenient for the rest: the profiler's own events are only counted.
  */
 #include "src/trace_read.h"
+#include "src/file.h"
 #include "src/memlimit.h"
 
 #include <cjson/cJSON.h>
@@ -309,38 +310,12 @@ int ps_trace_read(const char *path, const struct ps_graph *g, struct ps_trace *o
 {
     if (info) memset(info, 0, sizeof(*info));
     ps_trace_init(out, PS_TRACE_IMPORTED);
-    FILE *f = fopen(path, "rb");
-    if (!f) return ps_diag_set(diag, -errno, path, "cannot open: %s", strerror(errno));
-    int mrc = ps_memlimit_check_file(f, path, 8.0, diag); /* text + cJSON tree */
-    if (mrc) {
-        fclose(f);
-        return mrc;
-    }
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n + 65536 + 1 > cap) {
-            size_t c = cap ? cap * 2 : 1 << 20;
-            char *q = realloc(buf, c);
-            if (!q) {
-                free(buf);
-                fclose(f);
-                return ps_diag_set(diag, -ENOMEM, path, "out of memory");
-            }
-            buf = q;
-            cap = c;
-        }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0) break;
-    }
-    int err = ferror(f) ? (errno ? errno : EIO) : 0;
-    fclose(f);
-    if (err) {
-        free(buf);
-        return ps_diag_set(diag, -err, path, "cannot read: %s", strerror(err));
-    }
-    buf[n] = '\0';
+    /* text + cJSON tree; a .json.gz trace is decompressed on the way in */
+    struct ps_file_opts fo = {.factor = 8.0, .gzip = true};
+    char *buf;
+    size_t n;
+    int frc = ps_file_read(path, &fo, &buf, &n, diag);
+    if (frc) return frc;
     if (n == 0) {
         free(buf);
         return ps_diag_set(diag, -EINVAL, path, "empty file (expected a Chrome trace)");

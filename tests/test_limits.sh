@@ -65,6 +65,17 @@ case_ "run: graph memory" "$need" "$bin" run "$tmp/graph_bytes.json"
 case_ "sweep --chunks 65536 (every configuration refused)" "$need" "$bin" sweep "$tmp/graph_bytes.json" --chunks 65536 --json "$tmp/s.json"
 case_ "diagnose: graph memory" "$need" "$bin" diagnose "$tmp/graph_bytes.json" -o "$tmp/d"
 case_ "PIPESCOPE_MEM_LIMIT above ulimit -v" "$need" env PIPESCOPE_MEM_LIMIT=1T "$bin" run "$tmp/conv.json"
+# issue [data-safety] 7: a gzip csv holding one 1 GiB line (16 gzip members of 64 MiB of '1')
+# under a 256 MiB limit: refused at the limit with the line, not read until malloc fails
+cp -r "$root/tests/corpus/exec/y_csv_gz" "$tmp/bigline"
+python3 -c "
+import gzip, sys
+m = gzip.compress(b'1' * (64 << 20), compresslevel=1, mtime=0)
+with open(sys.argv[1], 'wb') as f:
+    for _ in range(16): f.write(m)
+" "$tmp/bigline/d.csv.gz"
+case_ "run: gzip csv with one 1 GiB line" "d.csv.gz:1:[0-9]*: reading this file would need more than 256 MiB of memory; the limit is 256 MiB" \
+    env PIPESCOPE_MEM_LIMIT=256M "$bin" run "$tmp/bigline/spec.json"
 # a small spec still runs under the same limit
 total=$((total + 1))
 (ulimit -v $vmem && exec timeout 120 "$bin" run "$root/examples/small-3x3.json") >/dev/null 2>"$tmp/err" ||

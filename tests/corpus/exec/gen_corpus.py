@@ -157,7 +157,7 @@ case("n_csv_label_negative", "@/d.csv:2: label (column 5) is -1, expected an int
      csv=("d.csv", "1,2,3,4,1\n1,2,3,4,-1\n"), data=CSV)
 case("n_csv_target_column", "@/d.csv:1: target_column 5 is outside the 5 columns",
      csv=("d.csv", "1,2,3,4,0\n"), data={"source": "csv", "path": "d.csv", "target_column": 5})
-case("n_csv_gz_truncated", "@/d.csv.gz: read error (corrupt gzip stream?)",
+case("n_csv_gz_truncated", "@/d.csv.gz: corrupt gzip stream: truncated",
      raw={"d.csv.gz": gz("1,2,3,4,0\n" * 400)[:40]},
      data={"source": "csv", "path": "d.csv.gz", "target_column": -1})
 case("n_csv_gz_text", "@/d.csv.gz:2: column 3: 'x' is not a number",
@@ -167,4 +167,10 @@ case("n_csv_folder", "@/sub: cannot read: Is a directory", raw={"sub/keep": b""}
      data={"source": "csv", "path": "sub", "target_column": -1})
 case("n_npy_inputs_missing", "@/nope.npy: cannot open: No such file or directory",
      data={"source": "npy", "inputs": "nope.npy", "targets": "y.npy"})
+# issue [data-safety] 7: a device as data is read within the memory limit, never whole
+case("n_npy_inputs_dev_zero", "/dev/zero: not a .npy file (bad magic: expected \\x93NUMPY) "
+     "(hint: write it with numpy.save)",
+     data={"source": "npy", "inputs": "/dev/zero", "targets": "y.npy"})
+case("n_csv_dev_zero", "/dev/zero:1: a NUL byte in the line (not a text file?)",
+     data={"source": "csv", "path": "/dev/zero", "target_column": -1})
 print("ok")
