@@ -83,16 +83,6 @@ const char *ps_memlimit_format(double b, char *buf, int len)
     return buf;
 }
 
-int ps_memlimit_check_file(FILE *f, const char *path, double factor, struct ps_diag *d)
-{
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0) return 0; /* the read will say what is wrong */
-    if (S_ISDIR(st.st_mode)) return ps_diag_set(d, -EISDIR, path, "cannot read: %s", strerror(EISDIR));
-    if (!S_ISREG(st.st_mode)) return 0;
-    return ps_memlimit_check(factor * (double)st.st_size, path, "reading this file",
-                             "use a smaller file", d);
-}
-
 int ps_memlimit_check(double need, const char *where, const char *what, const char *smaller,
                       struct ps_diag *d)
 {

@@ -33,11 +33,6 @@ int ps_memlimit_get(uint64_t *bytes, struct ps_diag *d);
 int ps_memlimit_check(double need, const char *where, const char *what, const char *smaller,
                       struct ps_diag *d);
 
-/* For a reader about to load a whole file: -EISDIR for a folder ("cannot read: Is a
- * directory"), or the check above for `factor` times the file's size (what parsing it takes:
- * the text plus, for JSON, cJSON's tree). Returns 0 or a negative errno with diag. */
-int ps_memlimit_check_file(FILE *f, const char *path, double factor, struct ps_diag *d);
-
 /* "16 GiB", "8.6 TiB" */
 const char *ps_memlimit_format(double bytes, char *buf, int len);
 
