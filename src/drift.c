@@ -11,6 +11,9 @@
  *   D1. The spec is never written: every setting is a variant of it.
  *   D2. Every number comes from the executor's update log or final state; nothing is simulated
  *       except the expected update order (sim/bnorder), which is compared, never substituted.
+ *   D3. Forward-only runs (BN adaptation) change nothing but the executor option and what is
+ *       expected: the section 7 counts without the backward, and sim/bnorder's order over the
+ *       forward part of the engine order only.
  */
 #include "src/drift.h"
 
@@ -47,7 +50,7 @@ static void raw_finish(struct raw *r)
 
 static int run_one(const struct ps_spec *spec, const struct ps_model *model,
                    const struct ps_drift_setting *s, int steps, int64_t train_samples,
-                   struct raw *out, struct ps_diag *d)
+                   bool forward_only, struct raw *out, struct ps_diag *d)
 {
     memset(out, 0, sizeof(*out));
     out->s = *s;
@@ -63,7 +66,9 @@ static int run_one(const struct ps_spec *spec, const struct ps_model *model,
     memset(&ord, 0, sizeof(ord));
     rc = ps_graph_build(spec, model, v, &g, d);
     if (!rc) rc = ps_engine_order(g, &ord, d);
-    if (!rc && ps_bn_order_build(g, &ord, NULL, s->policy, &out->bo))
+    struct ps_order fwd = ord; /* D3: the forward entries come first */
+    if (forward_only) fwd.n = ord.n_fwd;
+    if (!rc && ps_bn_order_build(g, &fwd, NULL, s->policy, &out->bo))
         rc = ps_diag_set(d, -ENOMEM, "drift", "out of memory");
     if (!rc) {
         struct ps_exec_opts eo;
@@ -71,6 +76,7 @@ static int run_one(const struct ps_spec *spec, const struct ps_model *model,
         eo.trace = false;
         eo.steps = steps;
         eo.train_samples = train_samples;
+        eo.forward_only = forward_only;
         rc = ps_exec_run(g, &ord, &eo, &out->res, d);
     }
     ps_order_finish(&ord);
@@ -122,8 +128,9 @@ static const struct ps_exec_bn_update *last_update(const struct ps_exec_result *
     return last;
 }
 
-static int expected_updates(const struct ps_variant *v)
+static int expected_updates(const struct ps_variant *v, bool forward_only)
 {
+    if (forward_only) return ps_bn_forward_updates(v);
     int m = v->mb_count, stop = ps_variant_checkpoint_stop(v);
     if (stop > m) stop = m;
     switch (v->batchnorm) {
@@ -132,6 +139,67 @@ static int expected_updates(const struct ps_variant *v)
     case PS_BN_DEFERRED: return m == v->chunks ? 1 : -1;
     }
     return -1;
+}
+
+/* checkpointed micro-batches among the real m */
+static int stop_of(const struct ps_variant *v)
+{
+    int stop = ps_variant_checkpoint_stop(v);
+    return stop > v->mb_count ? v->mb_count : stop;
+}
+
+int ps_bn_forward_updates(const struct ps_variant *v)
+{
+    int m = v->mb_count;
+    switch (v->batchnorm) {
+    case PS_BN_PLAIN: return m;
+    case PS_BN_GRAD_ONLY: return m - stop_of(v);
+    case PS_BN_DEFERRED: return m == v->chunks ? 1 : -1;
+    }
+    return -1;
+}
+
+bool ps_bn_adaptation(const struct ps_variant *v, char *buf, size_t len)
+{
+    static const char fix[] = "fix: plain BN for the adaptation passes, or disable "
+                              "checkpointing for them (checkpoint never)";
+    int m = v->mb_count, chunks = v->chunks, stop = stop_of(v);
+    switch (v->batchnorm) {
+    case PS_BN_PLAIN:
+        snprintf(buf, len, "adapts: %d update%s per pass, one per micro-batch forward "
+                 "(plain BN updates in every train-mode forward, checkpointed or not)",
+                 m, m == 1 ? "" : "s");
+        return true;
+    case PS_BN_DEFERRED:
+        if (m == chunks)
+            snprintf(buf, len, "adapts: 1 commit per pass, the pooled statistics of %s%d "
+                     "micro-batch%s (torchgpipe's DeferredBatchNorm tracks every forward that is "
+                     "not a recompute, so it needs no backward)", m == 1 ? "its " : "all ", m,
+                     m == 1 ? "" : "es");
+        else
+            snprintf(buf, len, "adapts across passes: the %d micro-batch%s of a pass are "
+                     "tracked, and the pooled statistics are committed each time %d were "
+                     "tracked (chunks), not once per pass", m, m == 1 ? "" : "es", chunks);
+        return true;
+    case PS_BN_GRAD_ONLY:
+        if (stop == 0) {
+            snprintf(buf, len, "adapts: %d update%s per pass (nothing is checkpointed, every "
+                     "forward runs with grad)", m, m == 1 ? "" : "s");
+            return true;
+        }
+        if (stop >= m)
+            snprintf(buf, len, "does NOT adapt: 0 updates per pass; every micro-batch is "
+                     "checkpointed, so its forward runs without grad and fairscale's "
+                     "patch_batchnorm skips the update (it happens only in a backward's "
+                     "recompute); %s", fix);
+        else
+            snprintf(buf, len, "adapts only from %d of %d micro-batches: %d update%s per pass "
+                     "(the checkpointed ones run without grad and are skipped); %s", m - stop, m,
+                     m - stop, m - stop == 1 ? "" : "s", fix);
+        return false;
+    }
+    snprintf(buf, len, "unknown policy");
+    return false;
 }
 
 static char *order_string(const struct ps_exec_result *res, int l, int step)
@@ -201,9 +269,9 @@ static void ema_residual(const struct ps_exec_result *res, int l, const float *r
     }
 }
 
-static int analyse_layer(const struct ps_spec *spec, const struct raw *r, const struct raw *src,
-                         const struct raw *ref, const struct ps_state *st0, int l,
-                         struct ps_drift_layer *out, bool is_ref)
+static int analyse_layer(const struct raw *r, const struct raw *src, const struct raw *ref,
+                         const struct ps_state *st0, int l, struct ps_drift_layer *out,
+                         bool is_ref, bool forward_only)
 {
     const struct ps_layer_state *ls = &r->res.state.layers[l];
     const struct ps_layer_state *lr = &ref->res.state.layers[l];
@@ -220,7 +288,7 @@ static int analyse_layer(const struct ps_spec *spec, const struct raw *r, const 
     memcpy(out->running_var, ls->running_var, (size_t)C * sizeof(float));
     for (uint32_t k = 0; k < r->res.n_bn; k++)
         out->updates += r->res.bn[k].layer == l && r->res.bn[k].step == last;
-    out->expected_updates = is_ref ? 1 : expected_updates(&r->v);
+    out->expected_updates = is_ref ? 1 : expected_updates(&r->v, forward_only);
     out->order_as_simulated = order_matches(r, l, last);
     const struct ps_exec_bn_update *lu = last_update(&r->res, l, last);
     out->momentum = lu ? lu->factor : NAN;
@@ -338,8 +406,8 @@ static double accuracy(const struct ps_spec *spec, const struct ps_model *model,
 
 static int fill_run(const struct ps_spec *spec, const struct ps_model *model, const struct raw *r,
                     const struct raw *src, const struct raw *ref, const struct ps_state *st0,
-                    const struct evalset *ev, bool is_ref, struct ps_drift_run *out,
-                    struct ps_diag *d)
+                    const struct evalset *ev, bool is_ref, bool forward_only,
+                    struct ps_drift_run *out, struct ps_diag *d)
 {
     memset(out, 0, sizeof(*out));
     out->s = r->s;
@@ -355,6 +423,12 @@ static int fill_run(const struct ps_spec *spec, const struct ps_model *model, co
     for (int k = 0; k < r->res.steps; k++) us += r->res.step_us[k];
     out->final_loss = fl / tail;
     out->us_per_step = us / r->res.steps;
+    if (forward_only && !is_ref) {
+        char w[512];
+        out->adapts = ps_bn_adaptation(&r->v, w, sizeof(w));
+        if (!(out->adaptation = strdup(w)))
+            return ps_diag_set(d, -ENOMEM, "drift", "out of memory");
+    }
     int rc = 0;
     out->accuracy = accuracy(spec, model, &r->res.state, ev, d, &rc);
     if (rc) return rc;
@@ -364,7 +438,7 @@ static int fill_run(const struct ps_spec *spec, const struct ps_model *model, co
     int k = 0;
     for (int l = 0; l < spec->n_layers; l++) {
         if (spec->layers[l].op != PS_OP_BATCHNORM) continue;
-        if (analyse_layer(spec, r, src, ref, st0, l, &out->layers[k++], is_ref))
+        if (analyse_layer(r, src, ref, st0, l, &out->layers[k++], is_ref, forward_only))
             return ps_diag_set(d, -ENOMEM, "drift", "out of memory");
     }
     return 0;
@@ -373,6 +447,7 @@ static int fill_run(const struct ps_spec *spec, const struct ps_model *model, co
 static void run_finish(struct ps_drift_run *r)
 {
     free(r->loss);
+    free(r->adaptation);
     for (int k = 0; r->layers && k < r->n_layers; k++) {
         free(r->layers[k].order);
         free(r->layers[k].running_mean);
@@ -403,6 +478,9 @@ int ps_drift_run(const struct ps_spec *spec, const struct ps_model *model, const
     memset(out, 0, sizeof(*out));
     out->spec = spec;
     out->train = o->train;
+    out->forward_only = o->forward_only;
+    if (o->train && o->forward_only)
+        return ps_diag_set(d, -EINVAL, "drift", "forward-only passes do not train: not with train");
     int n_ch = o->chunks ? o->n_chunks : 1, n_po = o->policies ? o->n_policies : 1;
     int n_ck = o->checkpoints ? o->n_checkpoints : 1;
     if (n_ch < 1 || n_po < 1 || n_ck < 1)
@@ -450,9 +528,11 @@ int ps_drift_run(const struct ps_spec *spec, const struct ps_model *model, const
     struct ps_drift_setting rs = {1, PS_CKPT_NEVER, PS_BN_PLAIN};
     if (!rc) {
         progress(o, ++done, total, NULL, "reference");
-        rc = run_one(spec, model, &rs, steps, train_samples, &ref, d);
+        rc = run_one(spec, model, &rs, steps, train_samples, o->forward_only, &ref, d);
     }
-    if (!rc) rc = fill_run(spec, model, &ref, &ref, &ref, &st0, evp, true, &out->reference, d);
+    if (!rc)
+        rc = fill_run(spec, model, &ref, &ref, &ref, &st0, evp, true, o->forward_only,
+                      &out->reference, d);
 
     for (int ic = 0; ic < n_ch && !rc; ic++) {
         int ng = 0;
@@ -463,7 +543,8 @@ int ps_drift_run(const struct ps_spec *spec, const struct ps_model *model, const
                     o->checkpoints ? o->checkpoints[ik] : saved_ckpt,
                     o->policies ? o->policies[ip] : saved_pol};
                 progress(o, ++done, total, &s, "run");
-                rc = run_one(spec, model, &s, steps, train_samples, &group[ng++], d);
+                rc = run_one(spec, model, &s, steps, train_samples, o->forward_only, &group[ng++],
+                             d);
             }
         /* the normalisation statistics of this chunks value */
         const struct raw *src = NULL;
@@ -477,11 +558,11 @@ int ps_drift_run(const struct ps_spec *spec, const struct ps_model *model, const
         if (!rc && !src && ng > 0) {
             struct ps_drift_setting ps = {group[0].s.chunks, PS_CKPT_NEVER, PS_BN_PLAIN};
             progress(o, done, total, &ps, "probe");
-            rc = run_one(spec, model, &ps, steps, train_samples, &probe, d);
+            rc = run_one(spec, model, &ps, steps, train_samples, o->forward_only, &probe, d);
             src = &probe;
         }
         for (int k = 0; k < ng && !rc; k++) {
-            rc = fill_run(spec, model, &group[k], src, &ref, &st0, evp, false,
+            rc = fill_run(spec, model, &group[k], src, &ref, &st0, evp, false, o->forward_only,
                           &out->runs[out->n_runs], d);
             out->n_runs++;
         }
@@ -526,6 +607,10 @@ static cJSON *run_json(const struct ps_drift_run *r, bool train)
 {
     cJSON *o = cJSON_CreateObject();
     if (!o) return NULL;
+    if (r->adaptation) {
+        ps_json_add_bool(o, "adapts", r->adapts);
+        ps_json_add_string(o, "adaptation", r->adaptation);
+    }
     ps_json_add_bool(o, "reference", r->reference);
     ps_json_add_int(o, "chunks", r->s.chunks);
     ps_json_add_int(o, "micro_batches", r->m);
@@ -587,6 +672,7 @@ cJSON *ps_drift_json(const struct ps_drift *dr)
     if (!o) return NULL;
     ps_json_add_int(o, "steps", dr->steps);
     ps_json_add_bool(o, "train", dr->train);
+    if (dr->forward_only) ps_json_add_bool(o, "forward_only", true);
     if (dr->eval_rows) {
         ps_json_add_int(o, "train_rows", dr->train_rows);
         ps_json_add_int(o, "eval_rows", dr->eval_rows);

@@ -39,6 +39,12 @@
  * eval_rows samples of the data are held out of training (ps_exec_opts.train_samples) and
  * classified in eval mode (ps_exec_eval, running statistics) for an accuracy.
  *
+ * Forward-only mode (BN adaptation, issue [bn-adaptation]): every run, the reference included,
+ * makes `steps` train-mode forward passes and nothing else (ps_exec_opts.forward_only: no
+ * recompute, no backward, no SGD step), as a user adapting BatchNorm statistics to new data does.
+ * The expected counts are then those of ps_bn_forward_updates and ps_bn_adaptation says in words
+ * which settings adapt their running statistics and which do not.
+ *
  * Runs are deterministic: the same seed gives every run the same initial weights and the same
  * data order, so settings differ only in what the pipeline does.
  */
@@ -46,11 +52,13 @@
 #define PS_DRIFT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "src/diag.h"
 #include "src/model.h"
 #include "src/spec.h"
+#include "src/variant.h"
 
 struct cJSON;
 
@@ -70,6 +78,7 @@ struct ps_drift_opts {
     int steps;                          /* 0 = spec->steps */
     bool train;                         /* convergence mode: loss curves, evaluation */
     int64_t eval_rows;                  /* held-out tail (train mode), 0 = none */
+    bool forward_only;                  /* forward passes only (BN adaptation); not with train */
     /* called before every run (k of n; k counts from 1); s NULL for the reference */
     void (*progress)(void *ctx, int k, int n, const struct ps_drift_setting *s, const char *what);
     void *progress_ctx;
@@ -101,11 +110,14 @@ struct ps_drift_run {
     double us_per_step;                 /* mean wall time per step */
     int n_layers;                       /* BN layers */
     struct ps_drift_layer *layers;
+    bool adapts;                        /* forward-only runs: ps_bn_adaptation's verdict */
+    char *adaptation;                   /* and its words; NULL otherwise (and for the reference) */
 };
 
 struct ps_drift {
     const struct ps_spec *spec;         /* not owned */
     bool train;
+    bool forward_only;
     int steps;
     int64_t train_rows, eval_rows;      /* train mode */
     struct ps_drift_run reference;
@@ -119,6 +131,23 @@ int ps_drift_run(const struct ps_spec *spec, const struct ps_model *model,
                  const struct ps_drift_opts *o,
                  struct ps_drift *out, struct ps_diag *d);
 void ps_drift_finish(struct ps_drift *dr); /* accepts a zeroed struct */
+
+/* BN adaptation: running-statistics updates ONE forward-only train-mode pass of variant v makes
+ * in each BN layer (SEMANTICS.md section 7 without the backward; m = v->mb_count real
+ * micro-batches):
+ *   plain      m    (every train-mode forward, with grad or without)
+ *   grad-only  m - checkpointed micro-batches (ps_variant_checkpoint_stop, at most m): a
+ *              checkpointed forward runs without grad and fairscale's patch_batchnorm skips it;
+ *              its update would come in the recompute of a backward
+ *   deferred   1 when m == chunks (the pooled statistics of all m, committed at the forward of
+ *              micro-batch chunks-1: torchgpipe's DeferredBatchNorm tracks every forward that is
+ *              not a recompute); -1 (no per-pass count) when m < chunks, where commits happen
+ *              once chunks micro-batches were tracked, across passes. */
+int ps_bn_forward_updates(const struct ps_variant *v);
+/* The same in words, with the fix when a forward-only pass does not adapt the statistics from
+ * every micro-batch (plain BN for the adaptation passes, or no checkpointing for them). Returns
+ * true when it does adapt from every micro-batch. */
+bool ps_bn_adaptation(const struct ps_variant *v, char *buf, size_t len);
 
 /* Averages over the BN layers of a run (NaN when it has none): "var_err", "mean_err",
  * "var_spread", "mean_spread", "var_gap". */

@@ -5,7 +5,9 @@
  *   - plain drift grows with chunks, deferred commits once and matches the reference up to the
  *     biased/unbiased variance factor, exactly where both see the same input;
  *   - the fairscale report (seed 2): checkpointed grad-only BN does not track in forward, tracks
- *     once at recompute (then equals a plain non-checkpointed module), plain tracks twice.
+ *     once at recompute (then equals a plain non-checkpointed module), plain tracks twice;
+ *   - BN adaptation (forward-only drift): per pass plain m, grad-only the micro-batches that are
+ *     not checkpointed, deferred 1 commit, in the orders worked out by hand below.
  * Small models and 1-2 steps, so the suite stays fast on two cores.
  */
 #include <setjmp.h>
@@ -15,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -217,6 +220,91 @@ static void test_seed2_fairscale(void **state)
     ps_spec_destroy(s);
 }
 
+/* forward-only drift (BN adaptation), seed 1 at chunks 4 (m = 4), 2 passes: counts and orders
+ * per pass by hand from SEMANTICS.md section 7 without the backward */
+static void test_forward_only_drift(void **state)
+{
+    (void)state;
+    struct ps_spec *s = load_example("seed1-convergence.json");
+    struct ps_model *m = NULL;
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    assert_int_equal(ps_model_build(s, &m, &d), 0);
+    static const int c4[] = {4};
+    static const enum ps_checkpoint ck[] = {PS_CKPT_ALWAYS, PS_CKPT_EXCEPT_LAST, PS_CKPT_NEVER};
+    struct ps_drift_opts o = {.n_chunks = 1, .chunks = c4, .n_policies = 3, .policies = pols,
+                              .n_checkpoints = 3, .checkpoints = ck, .steps = 2,
+                              .forward_only = true};
+    struct ps_drift dr;
+    int rc = ps_drift_run(s, m, &o, &dr, &d);
+    if (rc) fprintf(stderr, "%s: %s\n", d.where, d.msg);
+    assert_int_equal(rc, 0);
+    assert_int_equal(dr.n_runs, 9);
+    assert_true(dr.forward_only);
+    assert_int_equal(dr.reference.layers[0].updates, 1);
+    /* runs: policy-major (plain, deferred, grad-only), then always, except_last, never */
+    static const int want_u[3][3] = {{4, 4, 4}, {1, 1, 1}, {0, 1, 4}};
+    static const char *const want_o[3][3] = {{"0f 1f 2f 3f", "0f 1f 2f 3f", "0f 1f 2f 3f"},
+                                             {"3c", "3c", "3c"},
+                                             {"", "3f", "0f 1f 2f 3f"}};
+    static const bool want_adapt[3][3] = {{true, true, true}, {true, true, true},
+                                          {false, false, true}};
+    for (int k = 0; k < 9; k++) {
+        const struct ps_drift_run *r = &dr.runs[k];
+        int p = k / 3, c = k % 3;
+        assert_int_equal(r->s.policy, pols[p]);
+        assert_int_equal(r->s.checkpoint, ck[c]);
+        assert_int_equal(r->m, 4);
+        struct ps_variant v;
+        ps_variant_from_spec(s, &v);
+        assert_int_equal(ps_variant_set_chunks(&v, s, 4, &d), 0);
+        v.batchnorm = r->s.policy;
+        v.checkpoint = r->s.checkpoint;
+        assert_int_equal(ps_bn_forward_updates(&v), want_u[p][c]);
+        char w[512];
+        assert_int_equal(ps_bn_adaptation(&v, w, sizeof(w)), want_adapt[p][c]);
+        assert_int_equal(r->adapts, want_adapt[p][c]);
+        assert_string_equal(r->adaptation, w);
+        assert_int_equal(r->n_layers, 4);
+        for (int j = 0; j < r->n_layers; j++) {
+            const struct ps_drift_layer *l = &r->layers[j];
+            assert_int_equal(l->updates, want_u[p][c]);
+            assert_int_equal(l->expected_updates, want_u[p][c]);
+            assert_string_equal(l->order, want_o[p][c]);
+            assert_true(l->order_as_simulated);
+            assert_true(l->ema_residual_mean < 1e-6 && l->ema_residual_var < 1e-6);
+            /* without a backward the checkpoint mode cannot matter to plain BN, and grad-only
+               without checkpointing is plain BN */
+            const struct ps_drift_layer *pl = &dr.runs[c].layers[j], *p0 = &dr.runs[0].layers[j];
+            for (int64_t q = 0; q < l->channels; q++) {
+                if (p == 0) assert_float_equal(l->running_var[q], p0->running_var[q], 0.0f);
+                if (p == 2 && c == 2)
+                    assert_float_equal(l->running_var[q], pl->running_var[q], 0.0f);
+                if (p == 2 && c == 0) { /* not adapted: the initial statistics */
+                    assert_float_equal(l->running_mean[q], 0.0f, 0.0f);
+                    assert_float_equal(l->running_var[q], 1.0f, 0.0f);
+                }
+            }
+        }
+        if (p == 2 && c == 0) assert_true(ps_drift_metric(r, "var_err") > 0.05);
+    }
+    ps_drift_finish(&dr);
+    /* forward-only passes do not train */
+    struct ps_drift_opts t = o;
+    t.train = true;
+    assert_int_equal(ps_drift_run(s, m, &t, &dr, &d), -EINVAL);
+    /* m < chunks (batch 3, chunks 4: 3 micro-batches of 1): grad-only except_last checkpoints
+       all of them (stop = chunks - 1 = 3); deferred commits across passes, no per-pass count */
+    struct ps_variant v = {.batchnorm = PS_BN_GRAD_ONLY, .checkpoint = PS_CKPT_EXCEPT_LAST,
+                           .chunks = 4, .mb_count = 3};
+    assert_int_equal(ps_bn_forward_updates(&v), 0);
+    v.batchnorm = PS_BN_DEFERRED;
+    assert_int_equal(ps_bn_forward_updates(&v), -1);
+    assert_null(dr.runs);
+    ps_model_destroy(m);
+    ps_spec_destroy(s);
+}
+
 /* ps_exec_eval: BN normalises with the running statistics and leaves them alone */
 static void test_eval(void **state)
 {
@@ -261,6 +349,7 @@ int main(void)
         cmocka_unit_test(test_seed1_drift),
         cmocka_unit_test(test_plain_always),
         cmocka_unit_test(test_seed2_fairscale),
+        cmocka_unit_test(test_forward_only_drift),
         cmocka_unit_test(test_eval),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -2,7 +2,8 @@
  *
  *   pipescope drift SPEC [--chunks 1,2,4,...] [--policy plain,deferred,grad-only]
  *                        [--checkpoint always,except_last,never] [--steps N]
- *                        [--train N [--eval-rows R]] [-o DIR] [--json FILE] [--svg FILE]
+ *                        [--train N [--eval-rows R] | --forward-only] [-o DIR] [--json FILE]
+ *                        [--svg FILE]
  *
  * Drift mode prints one line per (setting, BN layer): updates per step (measured / section 7
  * table), whether the order is the simulated one, effective momentum, running-stat errors against
@@ -13,6 +14,10 @@
  * 0). -o DIR writes drift.json and the plots (drift-var.svg, drift-mean.svg, drift-spread.svg;
  * train mode: loss.svg, accuracy.svg); --svg FILE writes the main plot (var error against chunks,
  * or the loss curves). Progress goes to stderr.
+ * --forward-only (BN adaptation): every setting and the reference make train-mode forward passes
+ * only (no backward, no SGD step); the table is the drift table with the forward-only update
+ * counts, followed by one line per setting saying in words whether it adapts its running
+ * statistics (ps_bn_adaptation) and how far they end from plain BN's full-batch reference.
  */
 #include <errno.h>
 #include <math.h>
@@ -87,13 +92,37 @@ static void print_drift(const struct ps_drift *dr)
                    l->deferred_var_err, fmax(l->ema_residual_mean, l->ema_residual_var));
         }
     }
-    printf("U/exp = updates in the last step / SEMANTICS.md section 7 table; ord = the order "
-           "sim/bnorder predicts; a_eff = 1-(1-a)^U\n");
+    if (dr->forward_only)
+        printf("U/exp = updates in the last forward-only pass / expected for a pass without "
+               "backward (plain m, grad-only the micro-batches not checkpointed, deferred 1); "
+               "ord = the order sim/bnorder predicts for the forward part; a_eff = 1-(1-a)^U\n");
+    else
+        printf("U/exp = updates in the last step / SEMANTICS.md section 7 table; ord = the order "
+               "sim/bnorder predicts; a_eff = 1-(1-a)^U\n");
     printf("mean/var errors vs the reference: |rm - rm_ref| / sqrt(rv_ref), |rv - rv_ref| / "
            "rv_ref; gap = running_var underestimate from averaging micro-batch variances "
            "(last step, relative); ema_res = closed-form EMA replay of the update log vs the "
            "measured running stats; var_pred (deferred) = var_avg predicted from committing BIASED "
            "pooled statistics where the reference commits UNBIASED ones\n");
+}
+
+static void print_adaptation(const struct ps_drift *dr)
+{
+    printf("BN adaptation (train-mode forward passes only, no backward; reference: plain BN, "
+           "chunks 1):\n");
+    for (int k = 0; k < dr->n_runs; k++) {
+        const struct ps_drift_run *r = &dr->runs[k];
+        int u = r->n_layers ? r->layers[0].updates : 0;
+        bool same = true;
+        for (int j = 0; j < r->n_layers; j++) same &= r->layers[j].updates == u;
+        char ups[48];
+        if (same) snprintf(ups, sizeof(ups), "%d update%s", u, u == 1 ? "" : "s");
+        else snprintf(ups, sizeof(ups), "updates differ by layer");
+        printf("  chunks %d, %s, checkpoint %s: %s in the last pass, running_var %.3g off the "
+               "reference -- %s\n",
+               r->s.chunks, ps_bn_policy_name(r->s.policy), ps_checkpoint_name(r->s.checkpoint),
+               ups, ps_drift_metric(r, "var_err"), r->adaptation ? r->adaptation : "");
+    }
 }
 
 static void print_train(const struct ps_drift *dr)
@@ -156,6 +185,7 @@ int ps_cmd_drift(struct ps_cli *cli)
     static const char *const ck_names[] = {"always", "except_last", "never"};
     int *chunks = NULL, n_chunks = 0, pol[3], n_pol = 0, ck[3], n_ck = 0, steps = 0, train = 0;
     int eval_rows = -1;
+    bool forward_only = false;
     const char *v;
     int code = PS_EXIT_OK;
     for (int k = 0; k < cli->argc && code == PS_EXIT_OK; k++) {
@@ -180,10 +210,14 @@ int ps_cmd_drift(struct ps_cli *cli)
         } else if ((v = ps_cli_arg(cli, &k, "--eval-rows"))) {
             if (parse_count(v, &eval_rows))
                 code = ps_cli_usage(cli, "--eval-rows must be a positive integer, not '%s'", v);
+        } else if (ps_cli_flag(cli, k, "--forward-only")) {
+            forward_only = true;
         } else {
             code = ps_cli_usage(cli, "unknown option '%s'", cli->argv[k]);
         }
     }
+    if (!code && forward_only && train)
+        code = ps_cli_usage(cli, "--forward-only runs no training: not with --train");
     if (code) {
         free(chunks);
         return code;
@@ -218,6 +252,7 @@ int ps_cmd_drift(struct ps_cli *cli)
                               .checkpoints = n_ck ? ckpts : NULL,
                               .steps = train ? train : steps,
                               .train = train > 0,
+                              .forward_only = forward_only,
                               .progress = on_progress,
                               .progress_ctx = cli};
     if (train)
@@ -230,12 +265,14 @@ int ps_cmd_drift(struct ps_cli *cli)
         return ps_cli_fail(&d, PS_EXIT_INPUT);
     }
     if (cli->verbosity >= 0) {
-        printf("drift: %s, batch %lld, %d step%s per setting, reference: chunks 1, plain BN, "
+        printf("drift: %s, batch %lld, %d %s per setting, reference: chunks 1, plain BN, "
                "checkpoint never\n",
                spec->name ? spec->name : spec->path, (long long)spec->batch, dr.steps,
-               dr.steps == 1 ? "" : "s");
+               forward_only ? (dr.steps == 1 ? "forward-only pass" : "forward-only passes")
+                            : (dr.steps == 1 ? "step" : "steps"));
         if (dr.train) print_train(&dr);
         else print_drift(&dr);
+        if (forward_only) print_adaptation(&dr);
     }
     if (write_outputs(cli, &dr, spec, &d)) code = ps_cli_fail(&d, PS_EXIT_INPUT);
     ps_drift_finish(&dr);

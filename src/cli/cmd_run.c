@@ -1,12 +1,14 @@
 /* pipescope run: trains for real with an executor (kernels/exec.h) and reports what happened.
  *
- *   pipescope run SPEC [--backend cpu|cuda] [--virtual-devices] [--steps N] [--save-state DIR]
- *                 [--trace FILE]
- *                      [--json FILE]
+ *   pipescope run SPEC [--backend cpu|cuda] [--virtual-devices] [--steps N] [--forward-only]
+ *                 [--save-state DIR] [--trace FILE] [--json FILE]
  *
  * Prints the loss of every step and, per BatchNorm layer, how its running statistics were
  * updated in one step (e.g. "0f 1f 2f 3f 3r 2r 1r 0r": micro-batch and f = forward,
- * r = recompute, c = deferred commit) with the final statistics. Outputs are written only after
+ * r = recompute, c = deferred commit) with the final statistics. --forward-only makes every step
+ * a train-mode forward pass only (no recompute, no backward, no SGD step: the parameters stay as
+ * loaded), as when BatchNorm statistics are adapted to new data, and says in words whether the
+ * spec's BN policy and checkpoint mode adapt them in such passes (ps_bn_adaptation). Outputs are written only after
  * the whole run succeeded, each atomically (the state folder as DIR.tmp, then renamed), so a
  * failed run leaves no output file behind.
  * Exit codes: 0 ok, 2 bad input (spec, weights, data) or usage, 3 backend unavailable,
@@ -18,6 +20,7 @@
 #include <string.h>
 
 #include "src/cli/cli.h"
+#include "src/drift.h"
 #include "kernels/exec.h"
 #include "viz/viz.h"
 
@@ -40,7 +43,7 @@ static void print_floats(const char *label, const float *v, int64_t n)
     printf("\n");
 }
 
-static void print_bn(const struct ps_spec *s, const struct ps_exec_result *r)
+static void print_bn(const struct ps_spec *s, const struct ps_exec_result *r, const char *unit)
 {
     int last = r->steps - 1;
     for (int l = 0; l < s->n_layers; l++) {
@@ -52,8 +55,9 @@ static void print_bn(const struct ps_spec *s, const struct ps_exec_result *r)
                 total++;
                 in_last += r->bn[k].step == last;
             }
-        printf("  layer %d: %d update%s in %d step%s, %d in the last:", l, total,
-               total == 1 ? "" : "s", r->steps, r->steps == 1 ? "" : "s", in_last);
+        printf("  layer %d: %d update%s in %d %s%s, %d in the last:", l, total,
+               total == 1 ? "" : "s", r->steps, unit,
+               r->steps == 1 ? "" : strcmp(unit, "pass") ? "s" : "es", in_last);
         for (uint32_t k = 0; k < r->n_bn; k++) {
             const struct ps_exec_bn_update *u = &r->bn[k];
             if (u->layer == l && u->step == last) printf(" %d%c", u->mb, "frc"[u->phase]);
@@ -72,7 +76,7 @@ static cJSON *float_array(const float *v, int64_t n)
     return a;
 }
 
-static int add_report(cJSON *root, const struct ps_ctx *ctx, const char *backend,
+static int add_report(cJSON *root, const struct ps_ctx *ctx, const char *backend, bool fwd,
                       const struct ps_exec_result *r)
 {
     const struct ps_spec *s = ctx->spec;
@@ -80,6 +84,7 @@ static int add_report(cJSON *root, const struct ps_ctx *ctx, const char *backend
     if (!ex) return -ENOMEM;
     ps_json_add_string(ex, "backend", backend);
     ps_json_add_int(ex, "steps", r->steps);
+    if (fwd) ps_json_add_bool(ex, "forward_only", true);
     ps_json_add_int(ex, "micro_batches", s->mb_count);
     ps_json_add_number(ex, "makespan_us", ps_trace_makespan(&r->trace));
     ps_json_add_int(ex, "dropped_records", (int64_t)r->trace.dropped);
@@ -129,10 +134,12 @@ int ps_cmd_run(struct ps_cli *cli)
 {
     const char *backend = "cpu", *save = NULL, *v;
     int steps = 0;
-    bool virt = false;
+    bool virt = false, fwd = false;
     for (int k = 0; k < cli->argc; k++) {
         if (ps_cli_flag(cli, k, "--virtual-devices")) {
             virt = true;
+        } else if (ps_cli_flag(cli, k, "--forward-only")) {
+            fwd = true;
         } else if ((v = ps_cli_arg(cli, &k, "--backend"))) {
             if (strcmp(v, "cpu") && strcmp(v, "cuda"))
                 return ps_cli_usage(cli, "--backend must be cpu or cuda, not '%s'", v);
@@ -154,6 +161,7 @@ int ps_cmd_run(struct ps_cli *cli)
     o.backend = strcmp(backend, "cuda") == 0 ? PS_BACKEND_CUDA : PS_BACKEND_CPU;
     o.steps = steps;
     o.virtual_devices = virt;
+    o.forward_only = fwd;
     if (!ps_exec_backend_available(o.backend, &d)) return ps_cli_fail(&d, PS_EXIT_BACKEND);
 
     struct ps_ctx ctx;
@@ -170,9 +178,12 @@ int ps_cmd_run(struct ps_cli *cli)
     }
     int code = PS_EXIT_OK;
     if (cli->verbosity >= 0) {
-        printf("run: %s on %s, %d step%s, batch %lld in %d micro-batches (chunks %d), "
+        printf("run: %s on %s, %d %s, batch %lld in %d micro-batches (chunks %d), "
                "checkpoint %s, batchnorm %s\n",
-               s->name ? s->name : s->path, backend, r.steps, r.steps == 1 ? "" : "s",
+               s->name ? s->name : s->path, backend, r.steps,
+               fwd ? (r.steps == 1 ? "forward-only pass (train mode, no backward, no SGD step)"
+                                   : "forward-only passes (train mode, no backward, no SGD step)")
+                   : (r.steps == 1 ? "step" : "steps"),
                (long long)s->batch, s->mb_count, s->chunks, ps_checkpoint_name(s->checkpoint),
                ps_bn_policy_name(s->batchnorm));
         for (int k = 0; k < r.steps; k++)
@@ -181,7 +192,13 @@ int ps_cmd_run(struct ps_cli *cli)
         for (int l = 0; l < s->n_layers; l++) any |= s->layers[l].op == PS_OP_BATCHNORM;
         if (any) {
             printf("batchnorm running statistics (f = forward, r = recompute, c = commit):\n");
-            print_bn(s, &r);
+            print_bn(s, &r, fwd ? "pass" : "step");
+            if (fwd) {
+                char w[512];
+                ps_bn_adaptation(&ctx.graph->var, w, sizeof(w));
+                printf("BN adaptation: %s, checkpoint %s: %s\n", ps_bn_policy_name(s->batchnorm),
+                       ps_checkpoint_name(s->checkpoint), w);
+            }
         }
     }
     if (cli->trace &&
@@ -189,7 +206,7 @@ int ps_cmd_run(struct ps_cli *cli)
         code = ps_cli_fail(&d, PS_EXIT_INPUT);
     if (code == PS_EXIT_OK && cli->json) {
         cJSON *root = ps_report_new();
-        if (!root || ps_report_add_spec(root, s) || add_report(root, &ctx, backend, &r)) {
+        if (!root || ps_report_add_spec(root, s) || add_report(root, &ctx, backend, fwd, &r)) {
             ps_diag_set(&d, -ENOMEM, cli->json, "out of memory building the report");
             code = ps_cli_fail(&d, PS_EXIT_INPUT);
         } else if (ps_report_write(root, cli->json, &d)) {

@@ -36,13 +36,16 @@ const struct ps_cmd ps_commands[] = {
      "graph SPEC [--order] [--forward|--backward|--all] [--tasks] [--dot FILE] [--svg FILE] "
      "[--json FILE] [--no-phony] [--iteration N]",
      ps_cmd_graph},
-    {"run", "train for real (cpu reference kernels): loss, BN statistics, measured timeline",
-     "run SPEC [--backend cpu|cuda] [--virtual-devices] [--steps N] [--save-state DIR] [--trace FILE] [--json FILE]",
+    {"run", "train for real (cpu reference kernels): loss, BN statistics, measured timeline; "
+     "--forward-only: train-mode forwards only (BN adaptation)",
+     "run SPEC [--backend cpu|cuda] [--virtual-devices] [--steps N] [--forward-only] "
+     "[--save-state DIR] [--trace FILE] [--json FILE]",
      ps_cmd_run},
-    {"drift", "BN running-statistics drift vs a full-batch reference; convergence (--train)",
+    {"drift", "BN running-statistics drift vs a full-batch reference; convergence (--train); "
+     "which settings adapt BN statistics without backward (--forward-only)",
      "drift SPEC [--chunks 1,2,4,8,16,32] [--policy plain,deferred,grad-only] "
-     "[--checkpoint always,except_last,never] [--steps N] [--train N [--eval-rows R]] [-o DIR] "
-     "[--json FILE] [--svg FILE]",
+     "[--checkpoint always,except_last,never] [--steps N] [--train N [--eval-rows R] | "
+     "--forward-only] [-o DIR] [--json FILE] [--svg FILE]",
      ps_cmd_drift},
     {"compare", "measured vs simulated timeline: errors, inversions, bubble; calibration",
      "compare SPEC --measured TRACE [--simulated TRACE] [--costs FILE] "
