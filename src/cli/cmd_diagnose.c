@@ -5,7 +5,9 @@
  * Steps: static checks with the no-phony what-if (check), the task graph (graph), the simulated
  * timeline (simulate), a real run on the CPU (and on CUDA when ps_exec_backend_available says
  * so), measured vs simulated (compare, plus a calibration of the costs to the CPU run), and a
- * BatchNorm drift sweep over chunks for plain and deferred BN (drift). Then:
+ * BatchNorm drift sweep over chunks for plain and deferred BN (drift), and one forward-only
+ * train-mode pass of the spec as it is (BN adaptation: does a pass without backward update the
+ * running statistics, and from how many micro-batches; ps_bn_adaptation). Then:
  *
  *   DIR/index.html        static page, no JavaScript: findings, tables, linked SVGs
  *   DIR/report.json       the report JSON (spec, graph, analysis, simulation, execution,
@@ -265,6 +267,35 @@ int ps_cmd_diagnose(struct ps_cli *cli)
         ps_cli_info(cli, "diagnose: drift done (%.2f s)", now_s() - t_start);
     }
 
+    /* ---- BN adaptation: one forward-only pass of the spec as it is ------------------------- */
+    int adapt_updates = -1, adapt_layer = -1;
+    if (has_bn) {
+        struct ps_exec_opts fo;
+        ps_exec_opts_init(&fo);
+        fo.steps = 1;
+        fo.trace = false;
+        fo.forward_only = true;
+        struct ps_exec_result fr;
+        struct ps_diag fd;
+        ps_diag_clear(&fd);
+        if (ps_exec_run(g, &ctx.order, &fo, &fr, &fd) == 0) {
+            /* the BN layer with the fewest updates: the one adaptation misses most */
+            for (int l = 0; l < spec->n_layers; l++) {
+                if (spec->layers[l].op != PS_OP_BATCHNORM) continue;
+                int u = 0;
+                for (uint32_t k = 0; k < fr.n_bn; k++) u += fr.bn[k].layer == l;
+                if (adapt_updates < 0 || u < adapt_updates) {
+                    adapt_updates = u;
+                    adapt_layer = l;
+                }
+            }
+            ps_exec_result_finish(&fr);
+        } else {
+            char w[1024];
+            ps_cli_warn(cli, "BN adaptation pass skipped: %s", ps_diag_format(&fd, w, sizeof(w)));
+        }
+    }
+
     /* ---- files into DIR.tmp --------------------------------------------------------------- */
     rm_rf(tmpdir);
     if (mkdir(tmpdir, 0755) != 0) {
@@ -402,6 +433,17 @@ int ps_cmd_diagnose(struct ps_cli *cli)
                     pl->layers[worst].layer, 100 * pl->layers[worst].var_err_max, spec->chunks,
                     pl->layers[worst].updates, fmt(b1, sizeof(b1), "%.1f%%", 100 * dv));
         }
+    }
+
+    if (adapt_updates >= 0) {
+        char w[512];
+        bool ok = ps_bn_adaptation(&g->var, w, sizeof(w));
+        finding(&fi, h,
+                "BN adaptation%s: one forward-only train-mode pass (no backward) updated layer "
+                "%d's running statistics %d time%s for %d micro-batch%s; %s, checkpoint %s: %s",
+                ok ? "" : " WARNING", adapt_layer, adapt_updates, adapt_updates == 1 ? "" : "s",
+                g->var.mb_count, g->var.mb_count == 1 ? "" : "es",
+                ps_bn_policy_name(g->var.batchnorm), ps_checkpoint_name(g->var.checkpoint), w);
     }
 
     /* sections */
