@@ -173,6 +173,42 @@ static void test_sgemm_threads_bitwise(void **state)
     free(a), free(b), free(c1), free(c2);
 }
 
+/* The AVX-512 kernel does the FMA kernel's operations element for element: equal bits, on
+ * shapes with clipped tiles, several K blocks and N blocks, every transpose. Skipped where the
+ * CPU lacks AVX-512. */
+static void test_sgemm_kernels_bitwise(void **state)
+{
+    (void)state;
+    if (ps_cpu_gemm_use("avx512") != 0 || ps_cpu_gemm_use("fma") != 0) {
+        ps_cpu_gemm_use(NULL);
+        skip();
+    }
+    assert_int_equal(ps_cpu_gemm_use("no-such-kernel"), -ENOTSUP);
+    static const size_t sizes[][3] = {{7, 9, 5}, {130, 129, 300}, {9, 2100, 40}, {33, 47, 600}};
+    for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++)
+        for (int t = 0; t < 4; t++) {
+            size_t m = sizes[s][0], n = sizes[s][1], k = sizes[s][2];
+            bool ta = t & 1, tb = t & 2;
+            float *a = zeros(m * k), *b = zeros(k * n), *c1 = zeros(m * n), *c2 = zeros(m * n);
+            fill(a, m * k, 6);
+            fill(b, k * n, 7);
+            fill(c1, m * n, 8);
+            memcpy(c2, c1, m * n * sizeof(float));
+            assert_int_equal(ps_cpu_gemm_use("fma"), 0);
+            assert_string_equal(ps_cpu_gemm_kernel(), "fma");
+            assert_int_equal(ps_cpu_sgemm(ta, tb, m, n, k, 0.75f, a, ta ? m : k, b, tb ? k : n,
+                                          0.5f, c1, n),
+                             0);
+            assert_int_equal(ps_cpu_gemm_use("avx512"), 0);
+            assert_int_equal(ps_cpu_sgemm(ta, tb, m, n, k, 0.75f, a, ta ? m : k, b, tb ? k : n,
+                                          0.5f, c2, n),
+                             0);
+            assert_memory_equal(c1, c2, m * n * sizeof(float));
+            free(a), free(b), free(c1), free(c2);
+        }
+    ps_cpu_gemm_use(NULL);
+}
+
 /* ---- linear --------------------------------------------------------------------------------- */
 
 static void linear_case(const char *name)
@@ -260,6 +296,8 @@ static void test_conv2d_vs_direct(void **state)
         {2, 3, 16, 16, 4, 3, 3, 1, 1}, {1, 2, 8, 8, 3, 5, 5, 1, 2}, {2, 2, 7, 9, 3, 3, 3, 2, 1},
         {1, 2, 10, 11, 2, 3, 2, 3, 0}, {1, 1, 5, 6, 2, 2, 2, 1, 2}, {1, 2, 2, 2, 2, 3, 3, 1, 1},
         {2, 1, 3, 9, 2, 1, 3, 1, 1},   {1, 3, 6, 4, 2, 3, 3, 2, 2},
+        /* implicit im2col panels that start and end inside output rows, K over one K block */
+        {1, 20, 40, 37, 9, 3, 3, 1, 1}, {2, 30, 20, 23, 5, 3, 3, 1, 1},
     };
     for (size_t t = 0; t < sizeof(shapes) / sizeof(shapes[0]); t++) {
         const size_t *v = shapes[t];
@@ -708,7 +746,8 @@ int main(void)
 {
 #define T(f) cmocka_unit_test_teardown(f, teardown)
     const struct CMUnitTest tests[] = {
-        T(test_sgemm),           T(test_sgemm_threads_bitwise), T(test_linear),
+        T(test_sgemm),           T(test_sgemm_threads_bitwise),
+        T(test_sgemm_kernels_bitwise), T(test_linear),
         T(test_conv2d),          T(test_conv2d_vs_direct),      T(test_conv2d_bad_shape),
         T(test_bn1d_momentum),   T(test_bn1d_cumulative),       T(test_bn2d_momentum),
         T(test_bn2d_cumulative), T(test_bn_no_track),           T(test_bn_deferred_commit),

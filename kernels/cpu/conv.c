@@ -7,9 +7,15 @@
  * Then, per sample:
  *     forward   y[c_out, P]  = W[c_out, K] * col + b
  *     backward  dW[c_out, K] += dy[c_out, P] * col^T
- *               dcol[K, P]   = W^T * dy,  and col2im scatters (adds) dcol back into dx
+ *               dx: stride 1 (padding < kernel, square kernel): the convolution of dy, padded
+ *                   by k-1-padding, with W transposed and flipped (conv_dx); otherwise
+ *                   dcol[K, P] = W^T * dy, and col2im scatters (adds) dcol back into dx
  *               db[c_out]    += sums of dy over samples and positions (double)
- * Invariants: the col buffer is per call (malloc, freed before return); samples are processed in
+ * col is implicit: the sgemm asks for packed panels of col or col^T (ps_cpu_sgemm_bsource) and
+ * col_run writes them straight from the image into the gemm's cache-sized packing buffer, so
+ * the K x P matrix (85 MB for 64 channels at 192x192) is never stored or read back from memory.
+ * Only the strided dx fallback stores dcol.
+ * Invariants: buffers are per call (malloc, freed before return); samples are processed in
  * order, so results do not depend on the thread count (the sgemm splits C, never K).
  */
 #include "kernels/cpu/kernels.h"
@@ -72,46 +78,69 @@ static void valid_rows(const struct ps_conv2d_shape *s, size_t i, size_t oh_n, s
     valid_cols(&t, i, oh_n, lo, hi);
 }
 
-static void im2col(const struct ps_conv2d_shape *s, const float *x, float *col, size_t oh_n,
-                   size_t ow_n)
+/* ---- implicit im2col: the gemm packs col (or col^T) panels straight from the image ---------- */
+
+struct colsrc {
+    const struct ps_conv2d_shape *s;
+    const float *x; /* one sample [c_in, h, w] */
+    size_t oh_n, ow_n;
+};
+
+/* Writes positions [q, q + cnt) of row r = (c*kh + i)*kw + j of col to d[0], d[step], ...:
+ * output rows at a time, zeros where the window reads the padding. */
+static void col_run(const struct colsrc *cs, size_t r, size_t q, size_t cnt, float *restrict d,
+                    size_t step)
 {
-    size_t p = oh_n * ow_n, st = s->stride, pad = s->padding;
-    for (size_t c = 0; c < s->c_in; c++)
-        for (size_t i = 0; i < s->kh; i++) {
-            size_t rlo, rhi;
-            valid_rows(s, i, oh_n, &rlo, &rhi);
-            for (size_t j = 0; j < s->kw; j++) {
-                float *row = col + ((c * s->kh + i) * s->kw + j) * p;
-                size_t lo, hi;
-                valid_cols(s, j, ow_n, &lo, &hi);
-                if (lo == hi) rlo = rhi = 0;
-                memset(row, 0, rlo * ow_n * sizeof(float));
-                memset(row + rhi * ow_n, 0, (oh_n - rhi) * ow_n * sizeof(float));
-                if (rlo == rhi) continue;
-                /* src[oh * st * w + ow * st + j - pad] is x[c, oh*st + i - pad, ow*st + j - pad]
-                 * (oh counted from rlo) */
-                const float *src = x + (c * s->h + rlo * st + i - pad) * s->w;
-                float *dst = row + rlo * ow_n;
-                if (st == 1 && ow_n == s->w) {
-                    /* Output rows are as long as input rows: the valid rows are one contiguous
-                     * copy, whose elements outside [lo, hi) in each row (read from the
-                     * neighbouring input row) are then zeroed. The copy starts at the first valid
-                     * element and ends at the last, so it reads inside x. */
-                    size_t cnt = (rhi - rlo) * ow_n;
-                    memcpy(dst + lo, src + lo + j - pad, (cnt - lo - (ow_n - hi)) * sizeof(float));
-                    for (size_t oh = 0; oh < rhi - rlo; oh++) {
-                        for (size_t ow = 0; ow < lo; ow++) dst[oh * ow_n + ow] = 0.0f;
-                        for (size_t ow = hi; ow < ow_n; ow++) dst[oh * ow_n + ow] = 0.0f;
-                    }
-                    continue;
-                }
-                for (size_t oh = 0; oh < rhi - rlo; oh++, dst += ow_n, src += st * s->w) {
-                    for (size_t ow = 0; ow < lo; ow++) dst[ow] = 0.0f;
-                    for (size_t ow = lo; ow < hi; ow++) dst[ow] = src[ow * st + j - pad];
-                    for (size_t ow = hi; ow < ow_n; ow++) dst[ow] = 0.0f;
-                }
-            }
+    const struct ps_conv2d_shape *s = cs->s;
+    size_t j = r % s->kw, i = (r / s->kw) % s->kh, c = r / (s->kw * s->kh);
+    size_t st = s->stride, pad = s->padding, ow_n = cs->ow_n;
+    size_t lo, hi, rlo, rhi;
+    valid_cols(s, j, ow_n, &lo, &hi);
+    valid_rows(s, i, cs->oh_n, &rlo, &rhi);
+    size_t oh = q / ow_n, ow = q % ow_n;
+    while (cnt > 0) {
+        size_t run = ow_n - ow < cnt ? ow_n - ow : cnt, e = ow + run;
+        if (oh < rlo || oh >= rhi || lo >= hi) {
+            for (size_t t = 0; t < run; t++) d[t * step] = 0.0f;
+        } else {
+            /* row[o*st + j - pad] is x[c, oh*st + i - pad, o*st + j - pad], inside for o in
+             * [lo, hi) */
+            const float *row = cs->x + (c * s->h + oh * st + i - pad) * s->w;
+            size_t a = ow < lo ? lo : ow, b = e < hi ? e : hi, o = ow;
+            if (a > e) a = e;
+            if (b < a) b = a;
+            for (; o < a; o++) d[(o - ow) * step] = 0.0f;
+            if (a < b && st == 1 && step == 1)
+                memcpy(d + (a - ow), row + (a + j - pad), (b - a) * sizeof(float));
+            else
+                for (o = a; o < b; o++) d[(o - ow) * step] = row[o * st + j - pad];
+            for (o = b; o < e; o++) d[(o - ow) * step] = 0.0f;
         }
+        d += run * step;
+        cnt -= run;
+        ow = 0;
+        oh++;
+    }
+}
+
+/* op(B) = col [K, P]: rows are (c, i, j), columns output positions */
+static void pack_col(const void *ctx, size_t p0, size_t kc, size_t j0, size_t width, float *dst,
+                     size_t W)
+{
+    for (size_t p = 0; p < kc; p++) {
+        float *d = dst + p * W;
+        col_run(ctx, p0 + p, j0, width, d, 1);
+        for (size_t j = width; j < W; j++) d[j] = 0.0f;
+    }
+}
+
+/* op(B) = col^T [P, K]: rows are output positions, columns (c, i, j) */
+static void pack_col_t(const void *ctx, size_t p0, size_t kc, size_t j0, size_t width,
+                       float *dst, size_t W)
+{
+    for (size_t j = 0; j < width; j++) col_run(ctx, j0 + j, p0, kc, dst + j, W);
+    for (size_t p = 0; p < kc && width < W; p++)
+        for (size_t j = width; j < W; j++) dst[p * W + j] = 0.0f;
 }
 
 /* dx (one sample) += col2im(dcol). */
@@ -168,22 +197,53 @@ int ps_cpu_conv2d_forward(const struct ps_conv2d_shape *s, const float *x, const
     size_t oh = ps_cpu_conv2d_out_h(s), ow = ps_cpu_conv2d_out_w(s), p = oh * ow;
     size_t k = s->c_in * s->kh * s->kw;
     bool direct = s->kh == 1 && s->kw == 1 && s->stride == 1 && s->padding == 0;
-    float *col = direct ? NULL : malloc(k * p * sizeof(float));
-    if (!direct && !col) return ps_diag_set(d, -ENOMEM, "conv2d", "out of memory for im2col");
-    for (size_t n = 0; n < s->n; n++) {
+    for (size_t n = 0; n < s->n && rc == 0; n++) {
         const float *xn = x + n * s->c_in * s->h * s->w;
         float *yn = y + n * s->c_out * p;
-        if (!direct) im2col(s, xn, col, oh, ow);
-        rc = ps_cpu_sgemm(false, false, s->c_out, p, k, 1.0f, w, k, direct ? xn : col, p, 0.0f,
-                          yn, p);
-        if (rc < 0) break;
-        if (b)
-            for (size_t c = 0; c < s->c_out; c++)
-                add_bias(yn + c * p, p, b[c]);
+        struct colsrc cs = {s, xn, oh, ow};
+        struct ps_cpu_bsource src = {pack_col, &cs};
+        rc = direct ? ps_cpu_sgemm(false, false, s->c_out, p, k, 1.0f, w, k, xn, p, 0.0f, yn, p)
+                    : ps_cpu_sgemm_bsource(false, s->c_out, p, k, 1.0f, w, k, &src, 0.0f, yn, p);
+        if (b && rc == 0)
+            for (size_t c = 0; c < s->c_out; c++) add_bias(yn + c * p, p, b[c]);
     }
-    free(col);
     if (rc < 0) return ps_diag_set(d, rc, "conv2d", "out of memory in sgemm");
     return 0;
+}
+
+/* dx of a stride-1 convolution is itself a convolution: of dy, padded by k-1-padding, with the
+ * weight transposed in (c_out, c_in) and flipped in space (wt[c][o][kh-1-i][kw-1-j] =
+ * w[o][c][i][j]); its output has the input's size. One gemm per sample with K = c_out*kh*kw,
+ * no column matrix and no scatter. Needs padding <= k-1 in both directions. */
+static bool dx_as_conv(const struct ps_conv2d_shape *s)
+{
+    return s->stride == 1 && s->padding < s->kh && s->padding < s->kw;
+}
+
+static int conv_dx(const struct ps_conv2d_shape *s, const float *w, const float *dy, float *dx)
+{
+    size_t kk = s->kh * s->kw, oh = ps_cpu_conv2d_out_h(s), ow = ps_cpu_conv2d_out_w(s);
+    float *wt = malloc(s->c_in * s->c_out * kk * sizeof(float));
+    if (!wt) return -ENOMEM;
+    for (size_t o = 0; o < s->c_out; o++)
+        for (size_t c = 0; c < s->c_in; c++)
+            for (size_t t = 0; t < kk; t++)
+                wt[(c * s->c_out + o) * kk + (kk - 1 - t)] = w[(o * s->c_in + c) * kk + t];
+    /* the transposed convolution's shape: input dy [c_out, oh, ow], output [c_in, h, w] */
+    struct ps_conv2d_shape t = {1,      s->c_out, oh, ow, s->c_in, s->kh,
+                                s->kw,  1,        0};
+    size_t ph = s->kh - 1 - s->padding;
+    t.padding = ph; /* square kernels in this executor: kh == kw, one padding */
+    size_t p = s->h * s->w, k = s->c_out * kk;
+    int rc = 0;
+    for (size_t n = 0; n < s->n && rc == 0; n++) {
+        struct colsrc cs = {&t, dy + n * s->c_out * oh * ow, s->h, s->w};
+        struct ps_cpu_bsource src = {pack_col, &cs};
+        rc = ps_cpu_sgemm_bsource(false, s->c_in, p, k, 1.0f, wt, k, &src, 0.0f,
+                                  dx + n * s->c_in * p, p);
+    }
+    free(wt);
+    return rc;
 }
 
 int ps_cpu_conv2d_backward(const struct ps_conv2d_shape *s, const float *x, const float *w,
@@ -193,20 +253,23 @@ int ps_cpu_conv2d_backward(const struct ps_conv2d_shape *s, const float *x, cons
     if (rc < 0) return rc;
     size_t oh = ps_cpu_conv2d_out_h(s), ow = ps_cpu_conv2d_out_w(s), p = oh * ow;
     size_t k = s->c_in * s->kh * s->kw, in_sz = s->c_in * s->h * s->w;
-    float *col = (dw || dx) ? malloc(k * p * sizeof(float)) : NULL;
+    bool fast_dx = dx_as_conv(s) && s->kh == s->kw;
+    float *col = dx && !fast_dx ? malloc(k * p * sizeof(float)) : NULL;
     double *bacc = db ? calloc(s->c_out, sizeof(double)) : NULL;
-    if (((dw || dx) && !col) || (db && !bacc)) {
+    if ((dx && !fast_dx && !col) || (db && !bacc)) {
         free(col);
         free(bacc);
-        return ps_diag_set(d, -ENOMEM, "conv2d", "out of memory for im2col");
+        return ps_diag_set(d, -ENOMEM, "conv2d", "out of memory for the column matrix");
     }
+    if (dx && fast_dx) rc = conv_dx(s, w, dy, dx);
     for (size_t n = 0; n < s->n && rc == 0; n++) {
         const float *dyn = dy + n * s->c_out * p;
         if (dw) {
-            im2col(s, x + n * in_sz, col, oh, ow);
-            rc = ps_cpu_sgemm(false, true, s->c_out, k, p, 1.0f, dyn, p, col, p, 1.0f, dw, k);
+            struct colsrc cs = {s, x + n * in_sz, oh, ow};
+            struct ps_cpu_bsource src = {pack_col_t, &cs};
+            rc = ps_cpu_sgemm_bsource(false, s->c_out, k, p, 1.0f, dyn, p, &src, 1.0f, dw, k);
         }
-        if (dx && rc == 0) {
+        if (dx && !fast_dx && rc == 0) {
             rc = ps_cpu_sgemm(true, false, k, p, s->c_out, 1.0f, w, k, dyn, p, 0.0f, col, p);
             float *dxn = dx + n * in_sz;
             memset(dxn, 0, in_sz * sizeof(float));

@@ -21,9 +21,14 @@
  * The micro-kernel holds one row of the tile per 8-float vector (GCC vector extension), and full
  * panels are packed by fixed-length copies, so the code is vector code at -O2 as at -O3 (gcc
  * -O2 left the earlier scalar-array form scalar). On x86-64 with GCC the macro-kernel is also
- * compiled for AVX2 + FMA and picked at run time (__builtin_cpu_supports), so one binary runs
+ * compiled for AVX2 + FMA (8 x 8 tiles) and for AVX-512 (8 x 32 tiles: two 16-float registers per
+ * row, 16 accumulators), picked at run time (__builtin_cpu_supports), so one binary runs
  * everywhere and uses the wide units when present. FMA changes rounding in the last bit compared
- * with the baseline version.
+ * with the baseline version; the AVX-512 kernel does exactly the FMA kernel's operations per
+ * element of C (the same fused multiply-adds in the same k order, then c + alpha * acc per K
+ * block as a separate multiply and add), so the two agree bit for bit (test_kernels checks it).
+ * Packed B panels are NR = 8 columns wide for the plain and FMA kernels and NB512 = 32 for the
+ * AVX-512 one.
  */
 #include "kernels/cpu/kernels.h"
 
@@ -39,7 +44,7 @@
 #include <immintrin.h>
 #endif
 
-enum { MR = 8, NR = 8, MC = 128, KC = 256, NC = 2048 };
+enum { MR = 8, NR = 8, NB512 = 32, MC = 128, KC = 256, NC = 2048 };
 #define PAR_MIN_WORK ((size_t)1 << 21)
 #define MAX_THREADS 16
 
@@ -47,6 +52,7 @@ enum { MR = 8, NR = 8, MC = 128, KC = 256, NC = 2048 };
 /* (gcc cannot inline the FMA intrinsics into the target clone at -O0) */
 #define HAVE_FMA_CLONE 1
 #define FMA_TARGET __attribute__((target("avx2,fma")))
+#define AVX512_TARGET __attribute__((target("avx512f,avx2,fma")))
 #else
 #define HAVE_FMA_CLONE 0
 #endif
@@ -76,8 +82,14 @@ struct gemm_args {
     float beta;
     float *c;
     size_t ldc;
-    float *pa, *pb; /* packing buffers: MC*KC and KC*round_up(min(n, NC), NR) floats */
+    float *pa, *pb; /* packing buffers: MC*KC and KC*round_up(min(n, NC), nb) floats */
+    size_t nb;      /* width of a packed B panel: NR, or NB512 for the AVX-512 kernel */
+    const struct ps_cpu_bsource *bs; /* B packs itself (b unused), or NULL */
+    size_t j_off;                    /* with bs: this slice's first column of op(B) */
 };
+
+/* The macro-kernels this machine can run (chosen once, see kernel_kind). */
+enum gemm_kernel { GEMM_PLAIN, GEMM_FMA, GEMM_AVX512 };
 
 /* One row of a tile or panel: 8 floats, loaded and stored unaligned. */
 _Static_assert(MR == 8 && NR == 8, "a tile row and a packed panel row are one vec8");
@@ -90,7 +102,19 @@ static inline void pack_panel(const float *restrict src, size_t ps, size_t js, s
                               size_t width, float *restrict dst, size_t W)
 {
     if (width == W && js == 1) {
-        for (size_t p = 0; p < kc; p++) *(vec8 *)(dst + p * W) = *(const vec8 *)(src + p * ps);
+        if (W == 8) {
+            for (size_t p = 0; p < kc; p++) *(vec8 *)(dst + p * W) = *(const vec8 *)(src + p * ps);
+            return;
+        }
+        for (size_t p = 0; p < kc; p++)
+            for (size_t v = 0; v < W; v += 8)
+                *(vec8 *)(dst + p * W + v) = *(const vec8 *)(src + p * ps + v);
+        return;
+    }
+    if (width == W && ps == 1) {
+        /* a transposed panel: read each source column contiguously, write it strided */
+        for (size_t j = 0; j < W; j++)
+            for (size_t p = 0; p < kc; p++) dst[p * W + j] = src[j * js + p];
         return;
     }
     for (size_t p = 0; p < kc; p++) {
@@ -113,16 +137,19 @@ static void pack_a(const struct gemm_args *g, size_t i0, size_t mc, size_t p0, s
     }
 }
 
-/* op(B)(p, j) packed as panels of NR columns: panel s holds pb[s*NR*kc + p*NR + j]. */
+/* op(B)(p, j) packed as panels of W = g->nb columns: panel s holds pb[s*W*kc + p*W + j]. */
 static void pack_b(const struct gemm_args *g, size_t j0, size_t nc, size_t p0, size_t kc,
                    float *restrict pb)
 {
-    for (size_t s = 0; s < nc; s += NR) {
-        size_t nr = nc - s < NR ? nc - s : NR;
-        if (g->tb)
-            pack_panel(g->b + (j0 + s) * g->ldb + p0, 1, g->ldb, kc, nr, pb + s * kc, NR);
+    size_t W = g->nb;
+    for (size_t s = 0; s < nc; s += W) {
+        size_t nr = nc - s < W ? nc - s : W;
+        if (g->bs)
+            g->bs->pack(g->bs->ctx, p0, kc, g->j_off + j0 + s, nr, pb + s * kc, W);
+        else if (g->tb)
+            pack_panel(g->b + (j0 + s) * g->ldb + p0, 1, g->ldb, kc, nr, pb + s * kc, W);
         else
-            pack_panel(g->b + p0 * g->ldb + j0 + s, g->ldb, 1, kc, nr, pb + s * kc, NR);
+            pack_panel(g->b + p0 * g->ldb + j0 + s, g->ldb, 1, kc, nr, pb + s * kc, W);
     }
 }
 
@@ -184,23 +211,108 @@ DEFINE_MICRO_KERNEL(micro_kernel_fma, MADD_FMA, 8, FMA_TARGET)
 DEFINE_MACRO_KERNEL(macro_kernel_plain, micro_kernel_plain, )
 #if HAVE_FMA_CLONE
 DEFINE_MACRO_KERNEL(macro_kernel_fma, micro_kernel_fma, FMA_TARGET)
+
+/* One MR x 32 tile with AVX-512: row i of the tile is acc[i][0] (columns 0-15) and acc[i][1]
+ * (16-31), 16 accumulators; per k two loads of B and, per row, one broadcast of A feeding two
+ * fused multiply-adds. The write-back is c + alpha * acc (multiply, then add: no contraction, as
+ * the FMA kernel), with masked loads and stores for a clipped panel. */
+AVX512_TARGET static inline __attribute__((always_inline)) void
+micro_kernel_avx512(size_t kc, const float *restrict a, const float *restrict b,
+                    float *restrict c, size_t ldc, float alpha, size_t mr, size_t nr)
+{
+    __m512 acc[MR][2];
+    _Pragma("GCC unroll 8") for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] =
+        _mm512_setzero_ps();
+    for (size_t p = 0; p < kc; p++) {
+        __m512 b0 = _mm512_loadu_ps(b + p * NB512), b1 = _mm512_loadu_ps(b + p * NB512 + 16);
+        const float *ap = a + p * MR;
+        _Pragma("GCC unroll 8") for (int i = 0; i < MR; i++) {
+            __m512 av = _mm512_set1_ps(ap[i]);
+            acc[i][0] = _mm512_fmadd_ps(av, b0, acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(av, b1, acc[i][1]);
+        }
+    }
+    __m512 al = _mm512_set1_ps(alpha);
+    __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1u);
+    __mmask16 m1 = nr >= 32   ? (__mmask16)0xffff
+                   : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1u)
+                             : (__mmask16)0;
+    for (size_t i = 0; i < mr; i++) {
+        float *ci = c + i * ldc;
+        __m512 c0 = _mm512_maskz_loadu_ps(m0, ci), c1 = _mm512_maskz_loadu_ps(m1, ci + 16);
+        _mm512_mask_storeu_ps(ci, m0, _mm512_add_ps(c0, _mm512_mul_ps(al, acc[i][0])));
+        _mm512_mask_storeu_ps(ci + 16, m1, _mm512_add_ps(c1, _mm512_mul_ps(al, acc[i][1])));
+    }
+}
+
+AVX512_TARGET static void macro_kernel_avx512(size_t mc, size_t nc, size_t kc, const float *pa,
+                                              const float *pb, float *c, size_t ldc, float alpha)
+{
+    for (size_t s = 0; s < nc; s += NB512) {
+        size_t nr = nc - s < NB512 ? nc - s : NB512;
+        for (size_t r = 0; r < mc; r += MR) {
+            size_t mr = mc - r < MR ? mc - r : MR;
+            micro_kernel_avx512(kc, pa + r * kc, pb + s * kc, c + r * ldc + s, ldc, alpha, mr,
+                                nr);
+        }
+    }
+}
 #endif
 
-static void macro_kernel(size_t mc, size_t nc, size_t kc, const float *pa, const float *pb,
-                         float *c, size_t ldc, float alpha)
+static _Atomic int g_kernel = -1; /* enum gemm_kernel; -1 = not chosen yet */
+
+static enum gemm_kernel best_kernel(void)
 {
 #if HAVE_FMA_CLONE
-    static int use_fma = -1;
-    if (use_fma < 0) {
-        __builtin_cpu_init();
-        use_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    }
-    if (use_fma) {
-        macro_kernel_fma(mc, nc, kc, pa, pb, c, ldc, alpha);
-        return;
-    }
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return __builtin_cpu_supports("avx512f") ? GEMM_AVX512 : GEMM_FMA;
 #endif
-    macro_kernel_plain(mc, nc, kc, pa, pb, c, ldc, alpha);
+    return GEMM_PLAIN;
+}
+
+static enum gemm_kernel kernel_kind(void)
+{
+    int k = atomic_load(&g_kernel);
+    if (k < 0) {
+        k = (int)best_kernel();
+        atomic_store(&g_kernel, k);
+    }
+    return (enum gemm_kernel)k;
+}
+
+static const char *const kernel_names[] = {"plain", "fma", "avx512"};
+
+const char *ps_cpu_gemm_kernel(void) { return kernel_names[kernel_kind()]; }
+
+int ps_cpu_gemm_use(const char *name)
+{
+    enum gemm_kernel best = best_kernel();
+    if (!name) {
+        atomic_store(&g_kernel, (int)best);
+        return 0;
+    }
+    for (int k = 0; k <= (int)best; k++)
+        if (strcmp(name, kernel_names[k]) == 0) {
+            atomic_store(&g_kernel, k);
+            return 0;
+        }
+    return -ENOTSUP;
+}
+
+static void macro_kernel(const struct gemm_args *g, size_t mc, size_t nc, size_t kc, float *c)
+{
+    switch (g->nb == NB512 ? GEMM_AVX512 : kernel_kind() == GEMM_PLAIN ? GEMM_PLAIN : GEMM_FMA) {
+#if HAVE_FMA_CLONE
+    case GEMM_AVX512: macro_kernel_avx512(mc, nc, kc, g->pa, g->pb, c, g->ldc, g->alpha); return;
+    case GEMM_FMA: macro_kernel_fma(mc, nc, kc, g->pa, g->pb, c, g->ldc, g->alpha); return;
+#else
+    case GEMM_AVX512:
+    case GEMM_FMA:
+#endif
+    case GEMM_PLAIN: break;
+    }
+    macro_kernel_plain(mc, nc, kc, g->pa, g->pb, c, g->ldc, g->alpha);
 }
 
 static void gemm_serial(const struct gemm_args *g)
@@ -221,8 +333,7 @@ static void gemm_serial(const struct gemm_args *g)
             for (size_t ic = 0; ic < g->m; ic += MC) {
                 size_t mc = g->m - ic < MC ? g->m - ic : MC;
                 pack_a(g, ic, mc, pc, kc, g->pa);
-                macro_kernel(mc, nc, kc, g->pa, g->pb, g->c + ic * g->ldc + jc, g->ldc,
-                             g->alpha);
+                macro_kernel(g, mc, nc, kc, g->c + ic * g->ldc + jc);
             }
         }
     }
@@ -236,23 +347,25 @@ static void *gemm_thread(void *arg)
 
 static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 
-static size_t pack_floats(size_t n)
+static size_t pack_floats(size_t n, size_t nb)
 {
-    return (size_t)MC * KC + (size_t)KC * round_up(n < NC ? n : NC, NR);
+    /* rounded to 16 floats so every slice's buffers start 64-byte aligned */
+    return round_up((size_t)MC * KC + (size_t)KC * round_up(n < NC ? n : NC, nb), 16);
 }
 
-int ps_cpu_sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
-                 const float *a, size_t lda, const float *b, size_t ldb, float beta, float *c,
-                 size_t ldc)
+static int sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
+                 const float *a, size_t lda, const float *b, size_t ldb,
+                 const struct ps_cpu_bsource *bs, float beta, float *c, size_t ldc)
 {
     if (m == 0 || n == 0) return 0;
+    size_t nb = kernel_kind() == GEMM_AVX512 ? NB512 : NR;
     struct gemm_args base = {trans_a, trans_b, m, n, k, alpha, a, b, lda, ldb, beta, c, ldc,
-                             NULL, NULL};
+                             NULL, NULL, nb, bs, 0};
     size_t nt = 1;
     if (m * n * k >= PAR_MIN_WORK) nt = (size_t)ps_cpu_threads();
     /* Split the longer side of C into slices of whole tiles. */
     bool split_rows = m >= n;
-    size_t side = split_rows ? m : n, unit = split_rows ? MR : NR;
+    size_t side = split_rows ? m : n, unit = split_rows ? MR : nb;
     size_t tiles = (side + unit - 1) / unit;
     if (nt > tiles) nt = tiles;
     if (nt < 1) nt = 1;
@@ -269,18 +382,19 @@ int ps_cpu_sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float
             parts[t].c = c + lo * ldc;
         } else {
             parts[t].n = hi - lo;
-            parts[t].b = trans_b ? b + lo * ldb : b + lo;
+            if (!bs) parts[t].b = trans_b ? b + lo * ldb : b + lo;
+            parts[t].j_off = lo;
             parts[t].c = c + lo;
         }
-        total += pack_floats(parts[t].n);
+        total += pack_floats(parts[t].n, nb);
     }
-    float *buf = malloc(total * sizeof(float));
+    float *buf = aligned_alloc(64, total * sizeof(float));
     if (!buf) return -ENOMEM;
     float *p = buf;
     for (size_t t = 0; t < nt; t++) {
         parts[t].pa = p;
         parts[t].pb = p + (size_t)MC * KC;
-        p += pack_floats(parts[t].n);
+        p += pack_floats(parts[t].n, nb);
     }
 
     pthread_t tid[MAX_THREADS];
@@ -295,4 +409,18 @@ int ps_cpu_sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float
     for (size_t t = started + 1; t < nt; t++) gemm_serial(&parts[t]);
     free(buf);
     return 0;
+}
+
+int ps_cpu_sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
+                 const float *a, size_t lda, const float *b, size_t ldb, float beta, float *c,
+                 size_t ldc)
+{
+    return sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, NULL, beta, c, ldc);
+}
+
+int ps_cpu_sgemm_bsource(bool trans_a, size_t m, size_t n, size_t k, float alpha, const float *a,
+                         size_t lda, const struct ps_cpu_bsource *b, float beta, float *c,
+                         size_t ldc)
+{
+    return sgemm(trans_a, false, m, n, k, alpha, a, lda, NULL, 0, b, beta, c, ldc);
 }

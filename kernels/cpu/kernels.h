@@ -29,12 +29,32 @@ struct ps_diag;
 void ps_cpu_set_threads(int n);
 int ps_cpu_threads(void);
 
+/* The sgemm kernel in use: "plain", "fma" (AVX2) or "avx512", the widest this CPU runs by
+ * default. ps_cpu_gemm_use selects one of those this CPU runs (NULL = the default again), for
+ * tests and benchmarks; -ENOTSUP for an unknown name or one the CPU lacks. The fma and avx512
+ * kernels give bitwise identical results. */
+const char *ps_cpu_gemm_kernel(void);
+int ps_cpu_gemm_use(const char *name);
+
 /* C[M,N] = alpha * op(A) op(B) + beta * C, row-major. op(A) is [M,K]: A is [M,K] with leading
  * dimension lda, or [K,M] when trans_a. op(B) is [K,N]: B is [K,N], or [N,K] when trans_b.
  * beta == 0 ignores the old contents of C (NaNs included). Returns 0 or -ENOMEM. */
 int ps_cpu_sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
                  const float *a, size_t lda, const float *b, size_t ldb, float beta, float *c,
                  size_t ldc);
+
+/* The same product with op(B) [K,N] produced by its owner while packing (conv2d's implicit
+ * im2col: the column matrix is never stored whole). pack writes rows [p0, p0+kc) and columns
+ * [j0, j0+width) of op(B) as dst[p*W + j] and zeroes columns width..W-1; it may be called from
+ * several threads at once. Same arithmetic as ps_cpu_sgemm on the stored matrix. */
+struct ps_cpu_bsource {
+    void (*pack)(const void *ctx, size_t p0, size_t kc, size_t j0, size_t width, float *dst,
+                 size_t W);
+    const void *ctx;
+};
+int ps_cpu_sgemm_bsource(bool trans_a, size_t m, size_t n, size_t k, float alpha, const float *a,
+                         size_t lda, const struct ps_cpu_bsource *b, float beta, float *c,
+                         size_t ldc);
 
 /* ---- linear (linear.c): y[N,out] = x[N,in] W^T + b, W is [out,in] like PyTorch ------------ */
 
