@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cpu/kernels.h"
+#include "kernels/cpu/kernels.h"
 
 static double wall(void)
 {
