@@ -7,17 +7,15 @@
  *                chunks, stage = chunk*D + device; device r runs (D-r-1)*2 + (v-1)*D warm-up
  *                forwards (all of them when m == D), then 1F1B over the m*v virtual micro-batches;
  *                virtual micro-batch k is micro-batch (k / (D v)) D + k % D of chunk (k % (D v)) / D
- *                (backward: chunk v-1 minus that). Needs m % D == 0, as Megatron does.
- *   zb-h1        a list scheduler run in unit time (F = B = W = 1, the handcrafted assumption of
- *                the zero-bubble paper): at every step each idle stage starts, in this priority,
- *                its next B when its gradient has arrived, else its next F when the input has
- *                arrived and fewer than S - s micro-batches are in flight (1F1B's memory bound),
- *                else a pending W. W passes thereby fill the bubbles of the drain.
- * Ties cannot occur: each stage picks its own action from its own counters, so the lists are a
- * pure function of (S, m).
+ *                (backward: chunk v-1 minus that). When m is not a multiple of D it runs PyTorch's
+ *                rounds instead (sched_rounds.c), as ScheduleInterleaved1F1B does.
+ *   zb-h1, interleaved-zb, looped-bfs (sched_rounds.c), zb-v, dualpipe-v (sched_v.c), zb-h2
+ *                (sched_zbh2.c): see those files.
+ * Every list is a pure function of (S, m, v).
  */
 #include "src/schedule.h"
 #include "src/file.h"
+#include "src/sched_gen.h"
 #include "src/memlimit.h"
 
 #include <cjson/cJSON.h>
@@ -37,7 +35,7 @@ void ps_plan_finish(struct ps_plan *p)
     memset(p, 0, sizeof(*p));
 }
 
-static int plan_alloc(struct ps_plan *p, int lanes, int stages, int m, uint32_t per_lane)
+int ps_plan_alloc(struct ps_plan *p, int lanes, int stages, int m, uint32_t per_lane)
 {
     memset(p, 0, sizeof(*p));
     p->n_lanes = lanes;
@@ -53,7 +51,7 @@ static int plan_alloc(struct ps_plan *p, int lanes, int stages, int m, uint32_t 
     return 0;
 }
 
-static void push(struct ps_plan *p, int lane, enum ps_action_kind k, int mb, int stage)
+void ps_plan_push(struct ps_plan *p, int lane, enum ps_action_kind k, int mb, int stage)
 {
     p->act[lane][p->len[lane]++] = (struct ps_action){.kind = (uint8_t)k, .mb = mb, .stage = stage};
 }
@@ -65,16 +63,16 @@ static int dev_of_stage(const struct ps_spec *spec, int stage)
 
 static int gen_1f1b(const struct ps_spec *spec, int S, int m, struct ps_plan *p)
 {
-    if (plan_alloc(p, S, S, m, 2u * (uint32_t)m)) return -ENOMEM;
+    if (ps_plan_alloc(p, S, S, m, 2u * (uint32_t)m)) return -ENOMEM;
     for (int s = 0; s < S; s++) {
         p->lane_device[s] = dev_of_stage(spec, s);
         int w = S - s - 1 < m ? S - s - 1 : m;
-        for (int i = 0; i < w; i++) push(p, s, PS_ACT_F, i, s);
+        for (int i = 0; i < w; i++) ps_plan_push(p, s, PS_ACT_F, i, s);
         for (int k = 0; k < m - w; k++) {
-            push(p, s, PS_ACT_F, w + k, s);
-            push(p, s, PS_ACT_B, k, s);
+            ps_plan_push(p, s, PS_ACT_F, w + k, s);
+            ps_plan_push(p, s, PS_ACT_B, k, s);
         }
-        for (int k = m - w; k < m; k++) push(p, s, PS_ACT_B, k, s);
+        for (int k = m - w; k < m; k++) ps_plan_push(p, s, PS_ACT_B, k, s);
     }
     return 0;
 }
@@ -98,15 +96,8 @@ static int gen_interleaved(const struct ps_spec *spec, int S, int m, int v, stru
                            "model chunks per device",
                            S, v);
     int D = S / v;
-    if (m % D != 0) {
-        int rc = ps_diag_set(diag, -EINVAL, where,
-                             "interleaved-1f1b needs the number of micro-batches (%d) to be a "
-                             "multiple of the number of devices (%d)",
-                             m, D);
-        ps_diag_hint(diag, "set pipeline.chunks to a multiple of %d", D);
-        return rc;
-    }
-    if (plan_alloc(p, D, S, m, 2u * (uint32_t)m * (uint32_t)v)) return -ENOMEM;
+    if (m % D != 0) return ps_gen_rounds(spec, S, m, v, false, p, diag);
+    if (ps_plan_alloc(p, D, S, m, 2u * (uint32_t)m * (uint32_t)v)) return -ENOMEM;
     int total = m * v;
     for (int r = 0; r < D; r++) {
         p->lane_device[r] = dev_of_stage(spec, r);
@@ -115,62 +106,19 @@ static int gen_interleaved(const struct ps_spec *spec, int S, int m, int v, stru
         int mb, st;
         for (int k = 0; k < warm; k++) {
             virt(k, D, v, true, r, &mb, &st);
-            push(p, r, PS_ACT_F, mb, st);
+            ps_plan_push(p, r, PS_ACT_F, mb, st);
         }
         for (int k = 0; k < total - warm; k++) {
             virt(warm + k, D, v, true, r, &mb, &st);
-            push(p, r, PS_ACT_F, mb, st);
+            ps_plan_push(p, r, PS_ACT_F, mb, st);
             virt(k, D, v, false, r, &mb, &st);
-            push(p, r, PS_ACT_B, mb, st);
+            ps_plan_push(p, r, PS_ACT_B, mb, st);
         }
         for (int k = total - warm; k < total; k++) {
             virt(k, D, v, false, r, &mb, &st);
-            push(p, r, PS_ACT_B, mb, st);
+            ps_plan_push(p, r, PS_ACT_B, mb, st);
         }
     }
-    return 0;
-}
-
-static int gen_zbh1(const struct ps_spec *spec, int S, int m, struct ps_plan *p)
-{
-    if (plan_alloc(p, S, S, m, 3u * (uint32_t)m)) return -ENOMEM;
-    p->split = true;
-    size_t cells = (size_t)m * (size_t)S;
-    /* finish step of F(i,s) and B(i,s); INT32_MAX until done */
-    int32_t *fe = malloc(cells * sizeof(int32_t)), *be = malloc(cells * sizeof(int32_t));
-    int *nf = calloc((size_t)S, sizeof(int)), *nb = calloc((size_t)S, sizeof(int)),
-        *nw = calloc((size_t)S, sizeof(int));
-    if (!fe || !be || !nf || !nb || !nw) {
-        free(fe), free(be), free(nf), free(nb), free(nw);
-        return -ENOMEM;
-    }
-    for (size_t k = 0; k < cells; k++) fe[k] = be[k] = INT32_MAX;
-    int left = S;
-    for (int32_t t = 0; left > 0; t++) {
-        for (int s = 0; s < S; s++) {
-            if (nw[s] == m) continue;
-            int i = nb[s];
-            bool b_ok = i < m && (s == S - 1 ? fe[(size_t)i * S + s] <= t
-                                             : be[(size_t)i * S + s + 1] <= t);
-            int f = nf[s];
-            bool f_ok = f < m && f - nb[s] < S - s &&
-                        (s == 0 || fe[(size_t)f * S + s - 1] <= t);
-            if (b_ok) {
-                be[(size_t)i * S + s] = t + 1;
-                push(p, s, PS_ACT_B, i, s);
-                nb[s]++;
-            } else if (f_ok) {
-                fe[(size_t)f * S + s] = t + 1;
-                push(p, s, PS_ACT_F, f, s);
-                nf[s]++;
-            } else if (nw[s] < nb[s]) {
-                push(p, s, PS_ACT_W, nw[s], s);
-                if (++nw[s] == m) left--;
-            }
-        }
-    }
-    for (int s = 0; s < S; s++) p->lane_device[s] = dev_of_stage(spec, s);
-    free(fe), free(be), free(nf), free(nb), free(nw);
     return 0;
 }
 
@@ -184,7 +132,16 @@ int ps_schedule_plan(const struct ps_spec *spec, const struct ps_variant *opts,
     case PS_SCHED_INTERLEAVED:
         rc = gen_interleaved(spec, S, m, opts->virtual_stages, out, diag);
         break;
-    case PS_SCHED_ZBH1: rc = gen_zbh1(spec, S, m, out); break;
+    case PS_SCHED_ZBH1: rc = ps_gen_rounds(spec, S, m, 1, true, out, diag); break;
+    case PS_SCHED_INTERLEAVED_ZB:
+        rc = ps_gen_rounds(spec, S, m, opts->virtual_stages, true, out, diag);
+        break;
+    case PS_SCHED_LOOPED_BFS:
+        rc = ps_gen_looped_bfs(spec, S, m, opts->virtual_stages, out, diag);
+        break;
+    case PS_SCHED_ZBH2: rc = ps_gen_zbh2(spec, S, m, out, diag); break;
+    case PS_SCHED_ZBV: rc = ps_gen_zbv(spec, S, m, out, diag); break;
+    case PS_SCHED_DUALPIPEV: rc = ps_gen_dualpipev(spec, S, m, out, diag); break;
     case PS_SCHED_GPIPE:
     default:
         return ps_diag_set(diag, -EINVAL, spec->path,
@@ -225,7 +182,7 @@ int ps_schedule_plan_parse(const char *json, const char *name, const struct ps_s
         }
         if ((uint32_t)cJSON_GetArraySize(l) > most) most = (uint32_t)cJSON_GetArraySize(l);
     }
-    if ((rc = plan_alloc(out, S, S, m, most))) {
+    if ((rc = ps_plan_alloc(out, S, S, m, most))) {
         rc = ps_diag_set(diag, rc, name, "out of memory");
         goto out;
     }
@@ -258,7 +215,7 @@ int ps_schedule_plan_parse(const char *json, const char *name, const struct ps_s
                 goto out;
             }
             if (kind == PS_ACT_W) out->split = true;
-            push(out, s, kind, (int)i, s);
+            ps_plan_push(out, s, kind, (int)i, s);
             k++;
         }
         s++;
@@ -278,7 +235,10 @@ int ps_schedule_plan_load(const char *path, const struct ps_spec *spec, struct p
     size_t n;
     int rc = ps_file_read(path, &fo, &buf, &n, diag);
     if (rc) return rc;
-    rc = ps_schedule_plan_parse(buf, path, spec, out, diag);
+    const char *first = buf;
+    while (*first == ' ' || *first == '\t' || *first == '\n' || *first == '\r') first++;
+    rc = *first == '{' ? ps_schedule_plan_parse(buf, path, spec, out, diag)
+                       : ps_schedule_csv_parse(buf, path, spec, out, diag);
     free(buf);
     return rc;
 }
@@ -293,7 +253,12 @@ struct pb {
     int32_t *cs;      /* cs[s*m + i] */
     uint64_t *seq;    /* per thread */
     uint32_t *W, *Wo, *C;   /* forward W(i,s), Wo(i,s), C(i,s->s+1) at [i*S+s] */
+    uint32_t *W2, *Wo2, *C2; /* their backward twins W'(i,s), Wo'(i,s), C'(i,s->s-1) */
     uint32_t *Wg;
+    uint8_t *has_w;         /* the cell's backward is split: a W action exists for it */
+    uint8_t *turn;          /* turn[s]: stages s and s+1 run in one lane (a V's turn): the
+                               output stays on the device, no wait or copy (PyTorch passes it
+                               locally, "V-schedule special case") */
     uint32_t *stage_last;   /* last gradient node of each stage, for the optimizer */
     int *stage_dev;
     uint32_t prev;          /* host chain of the current lane */
@@ -399,7 +364,7 @@ static int validate_plan(const struct ps_spec *spec, const struct ps_plan *p, st
             *c = 1;
         }
     for (size_t c = 0; c < cells && !rc; c++)
-        for (int k = 0; k < (p->split ? 3 : 2) && !rc; k++)
+        for (int k = 0; k < (p->split && !p->mixed ? 3 : 2) && !rc; k++)
             if (!seen[c * 3 + k])
                 rc = ps_diag_set(d, -EINVAL, w, "stage %d: %c%d is missing", (int)(c % S),
                                  kc[k], (int)(c / S));
@@ -432,24 +397,36 @@ int ps_schedule_build_plan(const struct ps_spec *spec, const struct ps_model *mo
     b.Wo = malloc(cells * sizeof(uint32_t));
     b.C = malloc(cells * sizeof(uint32_t));
     b.Wg = malloc(cells * sizeof(uint32_t));
+    b.W2 = malloc(cells * sizeof(uint32_t));
+    b.Wo2 = malloc(cells * sizeof(uint32_t));
+    b.C2 = malloc(cells * sizeof(uint32_t));
+    b.has_w = calloc(cells, 1);
+    b.turn = calloc((size_t)S, 1);
+    int *lane_of = malloc((size_t)S * sizeof(int));
     b.stage_last = malloc((size_t)S * sizeof(uint32_t));
     b.stage_dev = malloc((size_t)S * sizeof(int));
     g->fwd = malloc(cells * sizeof(uint32_t));
     g->bwd = malloc(cells * sizeof(uint32_t));
     g->rec = malloc(cells * sizeof(uint32_t));
     if (!b.compute || !b.cs || !b.seq || !b.W || !b.Wo || !b.C || !b.Wg || !b.stage_last ||
-        !b.stage_dev || !g->fwd || !g->bwd || !g->rec) {
+        !b.stage_dev || !g->fwd || !g->bwd || !g->rec || !b.W2 || !b.Wo2 || !b.C2 || !b.has_w ||
+        !b.turn || !lane_of) {
         rc = ps_diag_set(diag, -ENOMEM, where, "out of memory building the graph");
         goto out;
     }
     for (size_t c = 0; c < cells; c++) {
         b.cs[c] = -1;
-        b.W[c] = b.Wo[c] = b.C[c] = b.Wg[c] = PS_NONE;
+        b.W[c] = b.Wo[c] = b.C[c] = b.Wg[c] = b.W2[c] = b.Wo2[c] = b.C2[c] = PS_NONE;
         g->fwd[c] = g->bwd[c] = g->rec[c] = PS_NONE;
     }
     for (int l = 0; l < plan->n_lanes; l++)
-        for (uint32_t k = 0; k < plan->len[l]; k++)
-            b.stage_dev[plan->act[l][k].stage] = plan->lane_device[l];
+        for (uint32_t k = 0; k < plan->len[l]; k++) {
+            const struct ps_action *a = &plan->act[l][k];
+            b.stage_dev[a->stage] = plan->lane_device[l];
+            lane_of[a->stage] = l;
+            if (a->kind == PS_ACT_W) b.has_w[(size_t)a->mb * S + a->stage] = 1;
+        }
+    for (int s = 0; s + 1 < S; s++) b.turn[s] = lane_of[s] == lane_of[s + 1];
     for (int s = 0; s < S; s++) b.stage_last[s] = PS_NONE;
     for (int d = 0; d < ndev; d++) b.compute[d] = ps_graph_add_stream(g, PS_STREAM_COMPUTE, d, -1, -1);
     int stop = g->checkpoint_stop;
@@ -467,8 +444,9 @@ int ps_schedule_build_plan(const struct ps_spec *spec, const struct ps_model *mo
             double bs = g->mb_size ? (double)g->mb_size[i] : 1.0;
             const struct ps_partition_info *pi = model ? &model->parts[s] : NULL;
             bool ck = i < stop;
+            bool in_copy = s > 0 && !b.turn[s - 1], out_copy = s < S - 1 && !b.turn[s];
             if (a->kind == PS_ACT_F) {
-                if (s > 0)
+                if (in_copy)
                     b.W[c] = node(&b, PS_NODE_WAIT, PS_PHASE_FWD, PS_ROLE_IN, i, s, dev, comp,
                                   cstream(&b, s, i), t);
                 uint32_t f = node(&b, PS_NODE_COMPUTE, PS_PHASE_FWD, PS_ROLE_NONE, i, s, dev,
@@ -481,7 +459,7 @@ int ps_schedule_build_plan(const struct ps_spec *spec, const struct ps_model *mo
                     g->nodes[f].act_bytes = ck ? pi->in_numel * 4 * (int64_t)bs
                                                : pi->saved_bytes * (int64_t)bs;
                 }
-                if (s < S - 1) {
+                if (out_copy) {
                     b.Wo[c] = node(&b, PS_NODE_WAIT, PS_PHASE_FWD, PS_ROLE_OUT, i, s, dev,
                                    cstream(&b, s, i), comp, t);
                     uint32_t cp = node(&b, PS_NODE_COPY, PS_PHASE_FWD, PS_ROLE_NONE, i, s, dev,
@@ -501,26 +479,27 @@ int ps_schedule_build_plan(const struct ps_spec *spec, const struct ps_model *mo
                         g->nodes[r].act_bytes = pi->saved_bytes * (int64_t)bs;
                     }
                 }
-                if (s < S - 1)
-                    node(&b, PS_NODE_WAIT, PS_PHASE_BWD, PS_ROLE_OUT, i, s, dev, comp,
-                               cstream(&b, s, i), t);
+                if (out_copy)
+                    b.Wo2[c] = node(&b, PS_NODE_WAIT, PS_PHASE_BWD, PS_ROLE_OUT, i, s, dev, comp,
+                                    cstream(&b, s, i), t);
                 uint32_t bb = node(&b, PS_NODE_COMPUTE, PS_PHASE_BWD, PS_ROLE_NONE, i, s, dev,
                                    comp, -1, t);
                 g->bwd[c] = bb;
                 if (pi) {
                     double wf = 0, wb = 0;
-                    if (plan->split) wgrad_share(model, s, &wf, &wb);
+                    if (b.has_w[c]) wgrad_share(model, s, &wf, &wb);
                     g->nodes[bb].flops = (pi->bwd_flops - wf) * bs;
                     /* weights move once per call, as in graph.c; Wg writes the gradients */
                     g->nodes[bb].bytes = (pi->bwd_bytes - wb) * bs +
-                                         (plan->split ? 0.5 : 1.0) * pi->bwd_param_bytes;
+                                         (b.has_w[c] ? 0.5 : 1.0) * pi->bwd_param_bytes;
                 }
                 b.stage_last[s] = bb;
-                if (s > 0) {
-                    node(&b, PS_NODE_WAIT, PS_PHASE_BWD, PS_ROLE_IN, i, s, dev, cstream(&b, s, i),
-                         comp, t);
+                if (in_copy) {
+                    b.W2[c] = node(&b, PS_NODE_WAIT, PS_PHASE_BWD, PS_ROLE_IN, i, s, dev,
+                                   cstream(&b, s, i), comp, t);
                     uint32_t c2 = node(&b, PS_NODE_COPY, PS_PHASE_BWD, PS_ROLE_NONE, i, s, dev,
                                        cstream(&b, s, i), cstream(&b, s - 1, i), t);
+                    b.C2[c] = c2;
                     g->nodes[c2].peer = s - 1;
                     if (model) g->nodes[c2].bytes = (double)model->parts[s - 1].out_numel * 4.0 * bs;
                 }
@@ -555,20 +534,18 @@ int ps_schedule_build_plan(const struct ps_spec *spec, const struct ps_model *mo
             }
         }
     }
-    /* second pass: tie twins and add the data edges. The backward wait/copy nodes of a B action
-       were created right around B(i,s) in its lane: find them by their position. */
+    /* second pass: tie twins and add the data edges */
     for (size_t c = 0; c < cells; c++) {
         int s = (int)(c % (size_t)S);
         uint32_t F = g->fwd[c], B = g->bwd[c], R = g->rec[c];
         twin(g, F, B);
-        /* B's lane neighbours: [R] [Wo'] B [W' C'] */
-        uint32_t wo2 = s < S - 1 ? B - 1 : PS_NONE;
-        uint32_t w2 = s > 0 ? B + 1 : PS_NONE, c2 = s > 0 ? B + 2 : PS_NONE;
-        twin(g, b.Wo[c], wo2);
-        twin(g, b.W[c], w2);
-        if (s > 0) twin(g, b.C[c - 1], c2);
-        /* forward chain into F(i,s) */
-        if (s > 0) {
+        twin(g, b.Wo[c], b.Wo2[c]);
+        twin(g, b.W[c], b.W2[c]);
+        if (s > 0) twin(g, b.C[c - 1], b.C2[c]);
+        /* forward chain into F(i,s): through Wo, C, W, or straight at a V's turn */
+        if (s > 0 && b.turn[s - 1]) {
+            ps_graph_add_edge(g, g->fwd[c - 1], F, PS_EDGE_DATA);
+        } else if (s > 0) {
             ps_graph_add_edge(g, g->fwd[c - 1], b.Wo[c - 1], PS_EDGE_DATA);
             ps_graph_add_edge(g, b.Wo[c - 1], b.C[c - 1], PS_EDGE_DATA);
             ps_graph_add_edge(g, b.C[c - 1], b.W[c], PS_EDGE_DATA);
@@ -583,11 +560,14 @@ int ps_schedule_build_plan(const struct ps_spec *spec, const struct ps_model *mo
             ps_graph_add_edge(g, F, B, PS_EDGE_DATA);
         } else {
             uint32_t Bn = g->bwd[c + 1];
-            uint32_t w2n = Bn + 1, c2n = Bn + 2;
-            ps_graph_add_edge(g, Bn, w2n, PS_EDGE_DATA);
-            ps_graph_add_edge(g, w2n, c2n, PS_EDGE_DATA);
-            ps_graph_add_edge(g, c2n, wo2, PS_EDGE_DATA);
-            ps_graph_add_edge(g, wo2, B, PS_EDGE_DATA);
+            if (b.turn[s]) {
+                ps_graph_add_edge(g, Bn, B, PS_EDGE_DATA);
+            } else {
+                ps_graph_add_edge(g, Bn, b.W2[c + 1], PS_EDGE_DATA);
+                ps_graph_add_edge(g, b.W2[c + 1], b.C2[c + 1], PS_EDGE_DATA);
+                ps_graph_add_edge(g, b.C2[c + 1], b.Wo2[c], PS_EDGE_DATA);
+                ps_graph_add_edge(g, b.Wo2[c], B, PS_EDGE_DATA);
+            }
             /* the saved activations: B also reads what F stored */
             ps_graph_add_edge(g, F, B, PS_EDGE_DATA);
         }
@@ -603,6 +583,12 @@ out:
     free(b.Wo);
     free(b.C);
     free(b.Wg);
+    free(b.W2);
+    free(b.Wo2);
+    free(b.C2);
+    free(b.has_w);
+    free(b.turn);
+    free(lane_of);
     free(b.stage_last);
     free(b.stage_dev);
     if (rc) {

@@ -38,7 +38,8 @@
 enum ps_action_kind { PS_ACT_F, PS_ACT_B, PS_ACT_W };
 
 struct ps_action {
-    uint8_t kind;  /* enum ps_action_kind */
+    uint8_t kind;    /* enum ps_action_kind */
+    uint8_t overlap; /* DualPipeV: issued as one overlapped pair with the next action */
     int32_t mb;
     int32_t stage;
 };
@@ -47,23 +48,40 @@ struct ps_plan {
     int n_lanes;
     int n_stages;
     int m;
-    bool split;          /* backward split into B and W (zb-h1) */
+    bool split;          /* backward split into B and W (zero-bubble schedules) */
+    bool mixed;          /* split per (stage, micro-batch): a B with a W of the same cell is
+                            the input gradient only (PyTorch's I), a B without one is the full
+                            backward (DualPipeV, imported CSV schedules) */
     uint32_t *len;       /* actions per lane */
     struct ps_action **act;
     int *lane_device;    /* device id of each lane */
+    uint32_t ignored;    /* imported communication/FSDP actions that were skipped */
 };
 
 void ps_plan_finish(struct ps_plan *p); /* accepts a zeroed struct */
+/* For generators: a plan of `lanes` lanes with room for `per_lane` actions each (-ENOMEM), and
+ * appending one action to a lane. */
+int ps_plan_alloc(struct ps_plan *p, int lanes, int stages, int m, uint32_t per_lane);
+void ps_plan_push(struct ps_plan *p, int lane, enum ps_action_kind k, int mb, int stage);
 
 /* The generated action lists of opts->schedule (1f1b, interleaved-1f1b, zb-h1). */
 int ps_schedule_plan(const struct ps_spec *spec, const struct ps_variant *opts,
                      struct ps_plan *out, struct ps_diag *diag);
 /* A hand-written plan: {"stages": [["F0","F1","B0","B1"], ...]}, one list per partition, tokens
- * F<i>, B<i> and W<i> (W anywhere splits backward for every stage). */
+ * F<i>, B<i> and W<i> (W anywhere splits backward for every stage); or, when the file does not
+ * start with '{', PyTorch's schedule CSV (ps_schedule_csv_parse). */
 int ps_schedule_plan_load(const char *path, const struct ps_spec *spec, struct ps_plan *out,
                           struct ps_diag *diag);
 int ps_schedule_plan_parse(const char *json, const char *name, const struct ps_spec *spec,
                            struct ps_plan *out, struct ps_diag *diag);
+
+/* PyTorch pipelining's schedule CSV (schedule_csv.c): one row per rank, cells in _Action's
+ * grammar (2F0, 1I3, 0W1, 3B2, (0F7;7B3)OVERLAP_F_B; communication actions are skipped and
+ * counted in out->ignored). Errors name the rank and step. */
+int ps_schedule_csv_parse(const char *text, const char *name, const struct ps_spec *spec,
+                          struct ps_plan *out, struct ps_diag *diag);
+/* The plan as that CSV (malloc'ed, NULL on out of memory). */
+char *ps_schedule_csv(const struct ps_plan *p);
 
 /* Builds the graph of a plan (see above). */
 int ps_schedule_build_plan(const struct ps_spec *spec, const struct ps_model *model,

@@ -49,7 +49,9 @@
 static const char *const op_names[] = {"linear",  "conv2d",    "batchnorm", "relu",
                                        "dropout", "maxpool2d", "flatten"};
 static const char *const loss_names[] = {"sum", "mse", "cross_entropy"};
-static const char *const sched_names[] = {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1"};
+static const char *const sched_names[] = {"gpipe",      "1f1b",       "interleaved-1f1b",
+                                          "zb-h1",      "zb-h2",      "zb-v",
+                                          "looped-bfs", "interleaved-zb", "dualpipe-v"};
 static const char *const ckpt_names[] = {"always", "except_last", "never"};
 static const char *const bn_names[] = {"plain", "deferred", "grad-only"};
 static const char *const source_names[] = {"synthetic", "npy", "csv"};
@@ -803,9 +805,11 @@ static int make_warnings(struct ps_spec *s)
                     s->mb_size[s->mb_count - 1] == 1 ? "" : "s"))
         return -ENOMEM;
     if (s->virtual_stages != 1 && s->schedule != PS_SCHED_INTERLEAVED &&
+        s->schedule != PS_SCHED_LOOPED_BFS && s->schedule != PS_SCHED_INTERLEAVED_ZB &&
         add_warning(s,
                     "%s: pipeline.virtual_stages: %d is ignored by schedule \"%s\" (only "
-                    "interleaved-1f1b uses virtual stages)",
+                    "interleaved-1f1b, looped-bfs and interleaved-zb use virtual stages; zb-v and "
+                    "dualpipe-v always place two)",
                     s->path, s->virtual_stages, sched_names[s->schedule]))
         return -ENOMEM;
     return 0;

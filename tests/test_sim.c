@@ -4,7 +4,9 @@
  * Oracles are closed forms (SEMANTICS.md section 6) under uniform test costs and free copies:
  * GPipe and 1F1B makespan (m+n-1)(f+b), bubble (n-1)/(m+n-1); interleaved 1F1B makespan
  * m(f+b) + (D-1)(f+b)/v, i.e. bubble/ideal (D-1)/(v m); ZB-H1 below 1F1B; peak in-flight
- * micro-batches m (GPipe) and n-s on stage s (1F1B). Balance: the DP against brute force.
+ * micro-batches m (GPipe) and n-s on stage s (1F1B); the zero-bubble family (ZB-H1, ZB-H2, ZB-V)
+ * against the paper's makespans and memory, DualPipeV and looped BFS memory. Balance: the DP
+ * against brute force.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -89,8 +91,12 @@ static void test_interleaved_closed_form(void **state)
     assert_near((s.makespan_us - ideal) / ideal, (double)(D - 1) / (v * m), EPS);
     ps_sim_finish(&s);
     fx_free(&f);
-    /* m not a multiple of D is refused */
-    assert_int_equal(fx_load(&f, "interleaved-1f1b", 6, D * v, v, "never", "plain", &d), -EINVAL);
+    /* m not a multiple of D runs in PyTorch's rounds of max(1, m/D) micro-batches (m = 6 on 4
+       devices: one round of 6); a round count that does not divide m is refused (m = 9: rounds
+       of 9/4 = 2 do not divide 9), as ScheduleInterleaved1F1B refuses it */
+    assert_int_equal(fx_load(&f, "interleaved-1f1b", 6, D * v, v, "never", "plain", &d), 0);
+    fx_free(&f);
+    assert_int_equal(fx_load(&f, "interleaved-1f1b", 9, D * v, v, "never", "plain", &d), -EINVAL);
     fx_free(&f);
 }
 
@@ -337,6 +343,107 @@ static void test_balance_dp_vs_brute(void **state)
     assert_int_equal(ps_balance_exact(t, NULL, 0, 4, 5, bal, &mx), -EINVAL);
 }
 
+/* makespan and per-device peak activation bytes of a schedule under uniform costs; the peak in
+ * units of one forward's saved activations (every partition of the fixture is the same) */
+static double zb_run(const char *sched, int m, int S, int v, double fw, double bw, double ww,
+                     double *peak, int *ndev)
+{
+    struct fx f;
+    struct ps_diag d;
+    int rc = fx_load(&f, sched, m, S, v, "never", "plain", &d);
+    if (rc) fprintf(stderr, "%s m=%d: %s\n", sched, m, d.msg);
+    assert_int_equal(rc, 0);
+    assert_int_equal(f.o.n, f.g->n_nodes); /* no deadlock */
+    fx_costs(&f, fw, bw, ww, 0);
+    struct ps_sim s;
+    simulate(&f, &s);
+    double a = (double)f.g->nodes[f.g->fwd[0]].act_bytes;
+    for (int k = 0; k < s.n_devices; k++) peak[k] = (double)s.dev[k].peak_bytes / a;
+    *ndev = s.n_devices;
+    double ms = s.makespan_us;
+    ps_sim_finish(&s);
+    fx_free(&f);
+    return ms;
+}
+
+/* ZB-H1 (Qi et al. 2024): makespan m(F+B+W) + (p-1)(F+B-W) (the paper's handcrafted schedule,
+ * W no longer than F or B); peak activation memory: the first device holds p micro-batches at
+ * its peak, exactly as in 1F1B, for every m, and no device holds more; later devices keep the
+ * W-half (the linear layers' inputs, half of the fixture's saved bytes) of up to r micro-batches
+ * beyond 1F1B's, because rank r lets r backwards pass before its first W. */
+static void test_zbh1_memory_and_closed_form(void **state)
+{
+    (void)state;
+    int p = 4, nd;
+    double one[8], zb[8], first[8];
+    static const double cost[][3] = {{1, 1, 1}, {2, 2, 1}, {1, 2, 1}};
+    for (int m = 4; m <= 32; m *= 2) {
+        zb_run("1f1b", m, p, 1, 2, 2, 0, one, &nd);
+        for (size_t c = 0; c < 3; c++) {
+            double F = cost[c][0], B = cost[c][1], W = cost[c][2];
+            double ms = zb_run("zb-h1", m, p, 1, F, B, W, zb, &nd);
+            assert_near(ms, m * (F + B + W) + (p - 1) * (F + B - W), EPS);
+        }
+        assert_near(zb[0], one[0], EPS);
+        assert_near(zb[0], (double)p, EPS);
+        for (int k = 0; k < nd; k++) {
+            assert_true(zb[k] <= one[0] + EPS);
+            assert_near(zb[k], (p - k) + 0.5 * k, EPS); /* rank k: p-k whole, k W-halves */
+            if (m > 4) assert_near(zb[k], first[k], EPS); /* does not grow with m */
+            first[k] = zb[k];
+        }
+    }
+}
+
+/* ZB-H2: 2p-1 micro-batches alive on the first device (the paper's (2p-1) M_B) and a makespan
+ * m(F+B+W) + (p-1) max(F, F+B-2W): the paper's bubble (p-1)(F+B-2W) when B >= 2W, and below
+ * that the synchronised lower bound (the last device cannot start before (p-1)F and then never
+ * idles; the paper's zero bubble at F = B = W needs consecutive iterations to overlap, which one
+ * synchronised iteration cannot show). ZB-H2 never takes longer than ZB-H1. */
+static void test_zbh2_closed_form(void **state)
+{
+    (void)state;
+    int p = 4, nd;
+    double pk[8], pk1[8];
+    static const double cost[][3] = {{1, 1, 1}, {2, 2, 1}, {1, 2, 1}, {1, 3, 1}, {1, 4, 1}};
+    for (int m = 2 * p; m <= 4 * p; m += p)
+        for (size_t c = 0; c < 5; c++) {
+            double F = cost[c][0], B = cost[c][1], W = cost[c][2];
+            double ms = zb_run("zb-h2", m, p, 1, F, B, W, pk, &nd);
+            double bubble = F + B - 2 * W > F ? F + B - 2 * W : F;
+            assert_near(ms, m * (F + B + W) + (p - 1) * bubble, EPS);
+            double h1 = zb_run("zb-h1", m, p, 1, F, B, W, pk1, &nd);
+            assert_true(ms <= h1 + EPS);
+            assert_near(pk[0], 2.0 * p - 1, EPS);
+            for (int k = 0; k < nd; k++) assert_true(pk[k] <= 2.0 * p - 1 + EPS);
+        }
+}
+
+/* The V schedules (two stages per device, rank r holds stages r and 2p-1-r) and looped BFS,
+ * with one forward's activations of one stage as the unit:
+ *  ZB-V in unit time reaches the synchronised lower bound 6m + (p-1) (each rank has 2 stages x 3
+ *  passes x m of work, the last rank starts at p-1), holding at most 2p stage activations per
+ *  rank: 1F1B's first-device peak (p micro-batches of the device's two stages);
+ *  DualPipeV holds at most 2p+1 (one more, in the last rank's first forward+backward);
+ *  looped BFS runs every forward of both stages first, so each rank holds v m. */
+static void test_v_and_bfs_memory(void **state)
+{
+    (void)state;
+    int p = 4, nd;
+    double pk[8];
+    for (int m = 2 * p; m <= 4 * p; m += 2 * p) {
+        double ms = zb_run("zb-v", m, 2 * p, 1, 1, 1, 1, pk, &nd);
+        assert_int_equal(nd, p);
+        assert_near(ms, 6.0 * m + (p - 1), EPS);
+        for (int k = 0; k < nd; k++) assert_true(pk[k] <= 2.0 * p + EPS);
+        zb_run("dualpipe-v", m, 2 * p, 1, 1, 1, 1, pk, &nd);
+        assert_int_equal(nd, p);
+        for (int k = 0; k < nd; k++) assert_true(pk[k] <= 2.0 * p + 1 + EPS);
+        zb_run("looped-bfs", m, 2 * p, 2, 1, 2, 0, pk, &nd);
+        for (int k = 0; k < nd; k++) assert_near(pk[k], 2.0 * m, EPS);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -344,6 +451,9 @@ int main(void)
         cmocka_unit_test(test_1f1b_closed_form),
         cmocka_unit_test(test_interleaved_closed_form),
         cmocka_unit_test(test_zbh1_below_1f1b),
+        cmocka_unit_test(test_zbh1_memory_and_closed_form),
+        cmocka_unit_test(test_zbh2_closed_form),
+        cmocka_unit_test(test_v_and_bfs_memory),
         cmocka_unit_test(test_determinism_and_records),
         cmocka_unit_test(test_launch_overhead_host_bound),
         cmocka_unit_test(test_stream_order_edges),
