@@ -45,6 +45,8 @@ struct ps_cmd {
     const char *summary;
     const char *usage;
     int (*run)(struct ps_cli *cli);
+    /* `pipescope CMD --help`: what it is for, every option with its default, an example */
+    const char *help;
 };
 
 /* Prints "pipescope: <where>: <message>" on stderr and returns PS_EXIT_INPUT (or `code`). */

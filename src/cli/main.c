@@ -2,6 +2,7 @@
  *
  *   pipescope COMMAND SPEC [--json FILE] [--trace FILE] [--svg FILE] [-o DIR] [-q|-v] [options]
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -29,46 +30,206 @@ static int cmd_version(struct ps_cli *cli)
     return 0;
 }
 
+/* Each command's --help text: purpose, every option with its default, an example. The spec
+ * format is src/SPEC.md; what the checks mean is src/SEMANTICS.md. */
+#define SHARED_Q "  -q, -v             quieter (errors only) / more detail on stderr (default: neither)\n"
+#define SHARED_JSON "  --json FILE        write the report JSON (viz/REPORT.md) to FILE, - = stdout (default: none)\n"
+
+static const char help_check[] =
+    "Checks the task graph statically: acyclicity, the ordering invariants of src/SEMANTICS.md as\n"
+    "happens-before over every execution the graph allows, stream races, peak activation memory\n"
+    "per device and the critical path; then the same without the phony (fork/join) edges.\n"
+    "Exit 1 when an invariant is violated.\n"
+    "\noptions:\n" SHARED_JSON SHARED_Q
+    "\nexample:\n  pipescope check examples/seed1-convergence.json\n";
+
+static const char help_graph[] =
+    "Prints the task graph's size and writes it as DOT or SVG, or prints the order in which\n"
+    "PyTorch's autograd engine runs the tasks (--order).\n"
+    "\noptions:\n"
+    "  --order            print the engine's F/R/B execution order instead (default: off)\n"
+    "  --forward, --backward, --all\n"
+    "                     which half of the graph DOT/SVG draw (default: --all)\n"
+    "  --tasks            draw only F/R/B/copy tasks, not every autograd node (default: off)\n"
+    "  --dot FILE         write Graphviz DOT (default: none)\n"
+    "  --svg FILE         write an SVG laid out by Graphviz (default: none)\n"
+    "  --no-phony         build the graph without the fork/join phony edges (default: with)\n"
+    "  --iteration N      which training iteration's sequence numbers to model (default: 0)\n"
+    SHARED_JSON SHARED_Q
+    "\nexamples:\n  pipescope graph examples/small-3x3.json --order\n"
+    "  pipescope graph examples/small-3x3.json --tasks --svg out/small.svg\n";
+
+static const char help_run[] =
+    "Trains the spec for real with pipescope's reference kernels: loss per step, BatchNorm\n"
+    "running statistics and their update log, and the measured timeline.\n"
+    "\noptions:\n"
+    "  --backend cpu|cuda  which executor (default: cpu; cuda exits 3 when no GPU is usable)\n"
+    "  --virtual-devices  run a multi-device spec on one GPU, one stream set per partition\n"
+    "                     (default: off)\n"
+    "  --steps N          training steps (default: the spec's train.steps, else 1)\n"
+    "  --forward-only     train-mode forward passes only, no backward or optimizer step: which\n"
+    "                     BN policy adapts its running statistics (default: off)\n"
+    "  --save-state DIR   write the trained state as PyTorch-named .npy files (default: none)\n"
+    "  --trace FILE       write the measured timeline as a Chrome trace (default: none)\n"
+    SHARED_JSON SHARED_Q
+    "\nexample:\n  pipescope run examples/seed1-convergence.json --steps 3 --trace out/run.json\n";
+
+static const char help_drift[] =
+    "BatchNorm running-statistics drift: trains each (chunks, policy, checkpoint) setting and\n"
+    "compares the running statistics with a full-batch reference (chunks 1, plain BN, no\n"
+    "checkpointing); --train N is convergence mode (loss curves, held-out accuracy). A setting\n"
+    "where BatchNorm would see one value per channel is skipped with the reason; the rest run.\n"
+    "\noptions:\n"
+    "  --chunks LIST      micro-batch counts, e.g. 1,2,4,8 (default: the spec's chunks)\n"
+    "  --policy LIST      plain,deferred,grad-only (default: the spec's pipeline.batchnorm)\n"
+    "  --checkpoint LIST  always,except_last,never (default: the spec's pipeline.checkpoint)\n"
+    "  --steps N          steps per setting in drift mode (default: the spec's train.steps)\n"
+    "  --train N          convergence mode with N steps per setting (default: off)\n"
+    "  --eval-rows R      held-out rows for accuracy in --train mode (default: 297 for csv\n"
+    "                     data, else none)\n"
+    "  --forward-only     train-mode forwards only: which settings adapt BN statistics without\n"
+    "                     a backward, against sim/bnorder (default: off)\n"
+    "  -o DIR             write drift.json and the plots into DIR (default: none)\n"
+    "  --svg FILE         write the main plot (default: none)\n"
+    SHARED_JSON SHARED_Q
+    "\nexample:\n  pipescope drift examples/seed1-convergence.json --chunks 1,2,4,8 "
+    "--policy plain,deferred -o out/drift\n";
+
+static const char help_compare[] =
+    "Compares a measured timeline (pipescope's own `run --trace`, or a PyTorch-profiler trace with\n"
+    "task-named ranges) against the simulation of the same spec: makespan error, per-task start\n"
+    "and duration errors, order inversions, broken dependencies, bubble. --calibrate fits the\n"
+    "cost model to the measurement. Exit 1 when a tolerance is exceeded.\n"
+    "\noptions:\n"
+    "  --measured TRACE   the measured Chrome trace (required)\n"
+    "  --simulated TRACE  a simulated trace to compare with (default: simulate the spec here)\n"
+    "  --costs FILE       per-layer costs for that simulation, sim/COSTS.md (default: the\n"
+    "                     spec's costs, else its hardware roofline)\n"
+    "  --tolerance makespan=X,task=Y[,start=Z]\n"
+    "                     relative limits: makespan error, p95 task-duration error, p95 start\n"
+    "                     error as a share of the makespan (default: makespan=0.2,task=0.5,\n"
+    "                     start unchecked)\n"
+    "  --calibrate FILE   fit the costs to the measurement and write them as a costs file\n"
+    "                     (default: none)\n"
+    "  --unit sample|micro_batch  unit of the calibrated costs (default: sample)\n"
+    "  --svg FILE         measured and simulated timelines, one above the other (default: none)\n"
+    "  --dot FILE         the graph coloured by each task's duration error (default: none)\n"
+    SHARED_JSON SHARED_Q
+    "\nexample:\n  pipescope run examples/small-3x3.json --trace out/m.json\n"
+    "  pipescope compare examples/small-3x3.json --measured out/m.json --calibrate out/costs.json\n";
+
+static const char help_diagnose[] =
+    "Runs everything this machine can about a spec (checks, graph, simulation, a CPU run, and a\n"
+    "CUDA run when a GPU is usable, measured vs simulated with a calibration, a BatchNorm drift\n"
+    "sweep) and writes DIR/index.html, DIR/report.json and the traces and pictures; prints the\n"
+    "main findings. DIR appears only when everything succeeded.\n"
+    "\noptions:\n"
+    "  -o DIR             the report folder (required)\n"
+    "  --chunks LIST      chunks of the drift sweep (default: 1,2,4,... up to the batch, plus the\n"
+    "                     spec's chunks)\n"
+    "  --no-drift         skip the drift sweep (default: run it when the model has BatchNorm)\n"
+    "  --steps N          training steps of the runs and of each drift setting, 1..1000\n"
+    "                     (default: the spec's train.steps, else 1)\n"
+    "  --costs FILE       per-layer costs for the simulation, sim/COSTS.md (default: the spec's\n"
+    "                     costs, else its hardware roofline)\n" SHARED_Q
+    "\nexample:\n  pipescope diagnose examples/seed1-convergence.json -o out/seed1\n";
+
+static const char help_simulate[] =
+    "Simulates the spec's schedule on its devices and streams: makespan, throughput, busy time\n"
+    "and bubble per device, peak activation memory, recompute share, critical path and the\n"
+    "BatchNorm update order the timeline implies.\n"
+    "\noptions:\n"
+    "  --costs FILE       per-layer costs, sim/COSTS.md (default: the spec's costs, else its\n"
+    "                     hardware roofline)\n"
+    "  --no-phony         also simulate without the fork/join edges, side by side (default: off)\n"
+    "  --optimizer        add the optimizer step per partition (default: off)\n"
+    "  --actions FILE     run a hand-written per-stage plan instead of the schedule (default: none)\n"
+    "  --trace FILE       write the simulated timeline as a Chrome trace (default: none)\n"
+    "  --svg FILE         write the timeline as an SVG Gantt chart (default: none)\n"
+    SHARED_JSON SHARED_Q
+    "\nexample:\n  pipescope simulate examples/unet-timeline.json --svg out/unet.svg\n";
+
+static const char help_sweep[] =
+    "Simulates every combination of chunks x checkpoint mode x schedule: makespan, throughput,\n"
+    "bubble, peak memory and recompute overhead as a table, JSON and line plots.\n"
+    "\noptions:\n"
+    "  --chunks LIST      micro-batch counts (default: 1,2,4,8,16,32,64)\n"
+    "  --checkpoint LIST  always,except_last,never (default: the spec's pipeline.checkpoint)\n"
+    "  --schedule LIST    gpipe,1f1b,interleaved-1f1b,zb-h1 (default: the spec's schedule)\n"
+    "  --costs FILE       per-layer costs, sim/COSTS.md (default: the spec's costs, else its\n"
+    "                     hardware roofline)\n"
+    "  -o DIR             write sweep.json and the plots into DIR (default: none)\n"
+    SHARED_JSON SHARED_Q
+    "\nexample:\n  pipescope sweep examples/unet-timeline.json --chunks 1,2,4,8,16,32 -o out/sweep\n";
+
+static const char help_balance[] =
+    "Finds the exact min-max contiguous partition of the layers and compares the spec's balance\n"
+    "and torchgpipe's balance_by_time heuristic with it.\n"
+    "\noptions:\n"
+    "  --by time|memory   what to balance (default: time)\n"
+    "  --partitions N     number of partitions (default: the spec's)\n"
+    "  --memory-cap BYTES with --by time: no partition may hold more (default: no cap)\n"
+    "  --costs FILE       per-layer costs, sim/COSTS.md (default: the spec's costs, else its\n"
+    "                     hardware roofline)\n"
+    SHARED_JSON SHARED_Q
+    "\nexample:\n  pipescope balance examples/unet-timeline.json\n";
+
+static const char help_version[] =
+    "Prints pipescope's version.\n"
+    "\noptions:\n"
+    "  --build-options    also list the backends this build has (default: off)\n"
+    "\nexample:\n  pipescope version --build-options\n";
+
 const struct ps_cmd ps_commands[] = {
     {"check", "static checks: cycles, ordering invariants, races, memory, no-phony what-if",
-     "check SPEC [--json FILE]", ps_cmd_check},
+     "check SPEC [--json FILE]", ps_cmd_check, help_check},
     {"graph", "the task graph as DOT/SVG/JSON, or the engine's execution order",
      "graph SPEC [--order] [--forward|--backward|--all] [--tasks] [--dot FILE] [--svg FILE] "
      "[--json FILE] [--no-phony] [--iteration N]",
-     ps_cmd_graph},
+     ps_cmd_graph, help_graph},
     {"run", "train for real (cpu reference kernels): loss, BN statistics, measured timeline; "
      "--forward-only: train-mode forwards only (BN adaptation)",
      "run SPEC [--backend cpu|cuda] [--virtual-devices] [--steps N] [--forward-only] "
      "[--save-state DIR] [--trace FILE] [--json FILE]",
-     ps_cmd_run},
+     ps_cmd_run, help_run},
     {"drift", "BN running-statistics drift vs a full-batch reference; convergence (--train); "
      "which settings adapt BN statistics without backward (--forward-only)",
      "drift SPEC [--chunks 1,2,4,8,16,32] [--policy plain,deferred,grad-only] "
      "[--checkpoint always,except_last,never] [--steps N] [--train N [--eval-rows R] | "
      "--forward-only] [-o DIR] [--json FILE] [--svg FILE]",
-     ps_cmd_drift},
+     ps_cmd_drift, help_drift},
     {"compare", "measured vs simulated timeline: errors, inversions, bubble; calibration",
      "compare SPEC --measured TRACE [--simulated TRACE] [--costs FILE] "
      "[--tolerance makespan=0.2,task=0.5[,start=0.1]] [--calibrate COSTS.json] "
      "[--unit sample|micro_batch] [--json FILE] [--svg FILE] [--dot FILE]",
-     ps_cmd_compare},
+     ps_cmd_compare, help_compare},
     {"diagnose", "everything this machine can do, as a report folder with index.html",
-     "diagnose SPEC -o DIR [--chunks 1,2,4,...] [--no-drift] [--costs FILE] [--steps N]", ps_cmd_diagnose},
+     "diagnose SPEC -o DIR [--chunks 1,2,4,...] [--no-drift] [--costs FILE] [--steps N]",
+     ps_cmd_diagnose, help_diagnose},
     {"simulate", "simulated timeline: makespan, bubble, memory, recompute, BN update order",
      "simulate SPEC [--actions FILE] [--no-phony] [--optimizer] [--costs FILE] [--trace FILE] "
      "[--svg FILE] [--json FILE]",
-     ps_cmd_simulate},
+     ps_cmd_simulate, help_simulate},
     {"sweep", "simulate over chunks x checkpoint x schedule: table, JSON, line plots",
      "sweep SPEC [--chunks 1,2,4,...] [--checkpoint always,except_last,never] "
      "[--schedule gpipe,1f1b,interleaved-1f1b,zb-h1] [--costs FILE] [-o DIR] [--json FILE]",
-     ps_cmd_sweep},
+     ps_cmd_sweep, help_sweep},
     {"balance", "exact min-max partition vs the spec's balance and torchgpipe's heuristic",
      "balance SPEC [--by time|memory] [--partitions N] [--memory-cap BYTES] [--costs FILE] "
      "[--json FILE]",
-     ps_cmd_balance},
-    {"version", "version and build options", "version [--build-options]", cmd_version},
-    {NULL, NULL, NULL, NULL},
+     ps_cmd_balance, help_balance},
+    {"version", "version and build options", "version [--build-options]", cmd_version,
+     help_version},
+    {NULL, NULL, NULL, NULL, NULL},
 };
+
+static void print_help(const struct ps_cmd *c)
+{
+    printf("usage: pipescope %s\n\n%s", c->usage, c->help);
+    printf("\nSPEC is a pipeline spec (JSON, src/SPEC.md); examples/ holds ready ones. Exit codes:\n"
+           "0 ok, 1 violations or a tolerance exceeded, 2 bad input or usage, 3 backend "
+           "unavailable.\n");
+}
 
 static void usage(FILE *f)
 {
@@ -76,7 +237,7 @@ static void usage(FILE *f)
     for (const struct ps_cmd *c = ps_commands; c->name; c++)
         fprintf(f, "  %-9s %s\n", c->name, c->summary);
     fprintf(f, "\nshared options: --json FILE (- for stdout), --trace FILE, --svg FILE, -o DIR, "
-               "-q, -v\n'pipescope help COMMAND' shows a command's options.\n");
+               "-q, -v\n'pipescope help COMMAND' or 'pipescope COMMAND --help' shows a command's options,\ntheir defaults and an example. The spec format: src/SPEC.md.\n");
 }
 
 int main(int argc, char **argv)
@@ -85,22 +246,28 @@ int main(int argc, char **argv)
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? PS_EXIT_INPUT : 0;
     }
-    if (strcmp(argv[1], "help") == 0) {
-        for (const struct ps_cmd *c = ps_commands; c->name && argc > 2; c++)
-            if (strcmp(c->name, argv[2]) == 0) {
-                printf("usage: pipescope %s\n  %s\n", c->usage, c->summary);
-                return 0;
-            }
+    bool help = strcmp(argv[1], "help") == 0;
+    if (help && argc < 3) {
         usage(stdout);
         return 0;
     }
+    const char *name = help ? argv[2] : argv[1];
     const struct ps_cmd *cmd = NULL;
     for (const struct ps_cmd *c = ps_commands; c->name; c++)
-        if (strcmp(c->name, argv[1]) == 0) cmd = c;
+        if (strcmp(c->name, name) == 0) cmd = c;
     if (!cmd) {
-        fprintf(stderr, "pipescope: unknown command '%s'\n", argv[1]);
+        fprintf(stderr, "pipescope: unknown command '%s'\n", name);
         usage(stderr);
         return PS_EXIT_INPUT;
+    }
+    /* "pipescope CMD --help" anywhere before a "--" is the same as "pipescope help CMD" */
+    for (int k = 2; k < argc && !help; k++) {
+        if (!strcmp(argv[k], "--")) break;
+        help = !strcmp(argv[k], "--help") || !strcmp(argv[k], "-h");
+    }
+    if (help) {
+        print_help(cmd);
+        return 0;
     }
     /* shared options; the rest goes to the command */
     struct ps_cli cli = {.cmd = cmd->name};
