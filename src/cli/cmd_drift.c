@@ -97,7 +97,7 @@ static void print_drift(const struct ps_drift *dr)
                "backward (plain m, grad-only the micro-batches not checkpointed, deferred 1); "
                "ord = the order sim/bnorder predicts for the forward part; a_eff = 1-(1-a)^U\n");
     else
-        printf("U/exp = updates in the last step / SEMANTICS.md section 7 table; ord = the order "
+        printf("U/exp = updates in the last step / src/SEMANTICS.md section 7 table; ord = the order "
                "sim/bnorder predicts; a_eff = 1-(1-a)^U\n");
     printf("mean/var errors vs the reference: |rm - rm_ref| / sqrt(rv_ref), |rv - rv_ref| / "
            "rv_ref; gap = running_var underestimate from averaging micro-batch variances "
