@@ -22,6 +22,7 @@ void ps_sim_finish(struct ps_sim *s)
     free(s->dev);
     free(s->start_us);
     free(s->end_us);
+    free(s->issue_us);
     free(s->cp);
     memset(s, 0, sizeof(*s));
 }
@@ -261,14 +262,16 @@ int ps_sim_run(const struct ps_graph *g, const struct ps_order *o, const double 
     s->dev = calloc((size_t)nd, sizeof(*s->dev));
     s->start_us = malloc(((size_t)nv + 1) * sizeof(double));
     s->end_us = malloc(((size_t)nv + 1) * sizeof(double));
+    s->issue_us = malloc(((size_t)nv + 1) * sizeof(double));
+    s->launch_us = launch;
     double *issue = malloc(((size_t)nv + 1) * sizeof(double));
     uint32_t *why = malloc(((size_t)nv + 1) * sizeof(uint32_t));
     int rc = 0;
-    if (!s->dev || !s->start_us || !s->end_us || !issue || !why) {
+    if (!s->dev || !s->start_us || !s->end_us || !s->issue_us || !issue || !why) {
         rc = ps_diag_set(diag, -ENOMEM, "simulator", "out of memory");
         goto out;
     }
-    for (uint32_t v = 0; v < nv; v++) s->start_us[v] = s->end_us[v] = -1;
+    for (uint32_t v = 0; v < nv; v++) s->start_us[v] = s->end_us[v] = s->issue_us[v] = -1;
 
     double *start = s->start_us, *end = s->end_us;
     const struct ps_node *nodes = g->nodes;
@@ -290,6 +293,7 @@ int ps_sim_run(const struct ps_graph *g, const struct ps_order *o, const double 
         uint32_t v = prog.node[k];
         start[v] = pst[k];
         end[v] = pen[k];
+        s->issue_us[v] = issue[k];
         why[v] = pwhy[k] == UINT32_MAX ? PS_NONE : prog.node[pwhy[k]];
     }
     free(pst);

@@ -70,6 +70,8 @@ struct ps_sim {
     int n_devices;
     struct ps_sim_device *dev;
     double *start_us, *end_us; /* per node; -1 for nodes that never run */
+    double *issue_us;          /* per node: when the host issued it (its launch starts); -1 */
+    double launch_us;          /* the launch overhead h of the rules above */
     uint32_t cp_n;
     uint32_t *cp;              /* critical path, first to last */
     double cp_us;

@@ -4,8 +4,12 @@
  * last); a box per record, coloured by category (forward, backward, recompute, copy, wait ...),
  * with the micro-batch number inside when the box is wide enough and the task name, start and
  * duration as its tooltip (<title>). A second trace (measured vs simulated) is drawn as a second
- * block of lanes below the first, on the same time axis, which starts at min(0, first start)
- * and is labelled in us, ms or s according to the range.
+ * block of lanes below the first: on the same time axis when their spans are within a factor 2,
+ * else each block on its own axis, so neither is drawn as an empty strip. An axis starts at
+ * min(0, first start) and is labelled in us, ms or s according to its range. Lanes name what ran
+ * them (a CPU run's lanes are "cpu (cuda:0 tasks) ..."); a simulated trace with issue times gets a
+ * "launches" lane per device with the host's launch of every node, so a launch-bound timeline
+ * shows where its time goes; zero-length events are drawn 1.5 px wide.
  *
  *     title
  *     simulated: makespan 1.234 ms
@@ -119,12 +123,14 @@ struct cat {
 static const struct cat cats[] = {
     {"forward", "#4e79a7", "#ffffff"},   {"backward", "#f28e2b", "#ffffff"},
     {"recompute", "#b07aa1", "#ffffff"}, {"copy", "#59a14f", "#ffffff"},
-    {"wait", "#bab0ac", "#000000"},      {"fork", "#9c755f", "#ffffff"},
+    {"wait", "#7f7f7f", "#ffffff"},      {"fork", "#9c755f", "#ffffff"},
     {"join", "#9c755f", "#ffffff"},      {"loss", "#edc948", "#000000"},
     {"optimizer", "#e15759", "#ffffff"}, {"kernel", "#76b7b2", "#000000"},
-    {"memcpy", "#8cd17d", "#000000"},    {"other", "#79706e", "#ffffff"},
+    {"memcpy", "#8cd17d", "#000000"},    {"launch", "#ff9da7", "#000000"},
+    {"other", "#79706e", "#ffffff"},
 };
 #define N_CATS ((int)(sizeof(cats) / sizeof(cats[0])))
+#define CAT_LAUNCH (N_CATS - 2)
 
 static int cat_of(const struct ps_graph *g, const struct ps_trace *t, const struct ps_trace_rec *r)
 {
@@ -152,8 +158,10 @@ static int cmp_glane(const void *a, const void *b)
 }
 
 /* The copy streams of a device (one per partition and micro-batch, as torchgpipe has) share one
- * lane in the picture; the Chrome trace keeps them apart. */
+ * lane in the picture; the Chrome trace keeps them apart. The host's launches of a device's
+ * nodes (simulated traces with issue times) get a lane of their own below its streams. */
 #define COPY_LANE (INT32_MAX - 1)
+#define LAUNCH_LANE (INT32_MAX - 2)
 
 static int32_t lane_key(const struct ps_graph *g, int32_t stream)
 {
@@ -165,9 +173,13 @@ static int32_t lane_key(const struct ps_graph *g, int32_t stream)
 struct block {
     const struct ps_graph *g;
     const struct ps_trace *t;
+    const double *issue; /* per node, or NULL */
+    double launch;
     struct glane *lanes;
     uint32_t n_lanes;
-    double y0; /* top of the first lane */
+    double y0;     /* top of the first lane */
+    double y_axis; /* its time axis (blocks on separate axes) */
+    double lo, hi; /* time range */
     const char *label;
 };
 
@@ -176,15 +188,28 @@ static bool rec_ok(const struct ps_trace_rec *r)
     return isfinite(r->start_us) && isfinite(r->dur_us);
 }
 
+/* the launch of record r's node, when the block draws launches */
+static bool launch_of(const struct block *b, const struct ps_trace_rec *r, double *at)
+{
+    if (!b->issue || !(b->launch > 0) || !b->g || r->node == UINT32_MAX ||
+        r->node >= b->g->n_nodes || r->device < 0)
+        return false;
+    *at = b->issue[r->node];
+    return isfinite(*at) && *at >= 0;
+}
+
 static int block_lanes(struct block *b)
 {
     const struct ps_trace *t = b->t;
-    b->lanes = malloc((t->n ? t->n : 1) * sizeof(*b->lanes));
+    b->lanes = malloc((2 * (size_t)t->n + 1) * sizeof(*b->lanes));
     if (!b->lanes) return -ENOMEM;
     uint32_t n = 0;
-    for (uint32_t k = 0; k < t->n; k++)
-        if (rec_ok(&t->r[k]))
-            b->lanes[n++] = (struct glane){t->r[k].device, lane_key(b->g, t->r[k].stream)};
+    double at;
+    for (uint32_t k = 0; k < t->n; k++) {
+        if (!rec_ok(&t->r[k])) continue;
+        b->lanes[n++] = (struct glane){t->r[k].device, lane_key(b->g, t->r[k].stream)};
+        if (launch_of(b, &t->r[k], &at)) b->lanes[n++] = (struct glane){t->r[k].device, LAUNCH_LANE};
+    }
     qsort(b->lanes, n, sizeof(*b->lanes), cmp_glane);
     uint32_t w = 0;
     for (uint32_t k = 0; k < n; k++)
@@ -193,15 +218,16 @@ static int block_lanes(struct block *b)
     return 0;
 }
 
-static uint32_t lane_index(const struct block *b, int32_t device, int32_t stream)
+static uint32_t lane_index(const struct block *b, int32_t device, int32_t key)
 {
-    struct glane key = {device, lane_key(b->g, stream)};
-    const struct glane *p = bsearch(&key, b->lanes, b->n_lanes, sizeof(key), cmp_glane);
+    struct glane k = {device, key};
+    const struct glane *p = bsearch(&k, b->lanes, b->n_lanes, sizeof(k), cmp_glane);
     return p ? (uint32_t)(p - b->lanes) : 0;
 }
 
-static const char *lane_label(const struct ps_graph *g, const struct glane *l, char *buf,
-                              size_t len)
+/* "cuda:0 compute"; a CPU run's lanes say what ran them: "cpu (cuda:0 tasks) compute" */
+static const char *lane_label(const struct ps_graph *g, const struct ps_trace *t,
+                              const struct glane *l, char *buf, size_t len)
 {
     char dev[64], st[96];
     if (l->device >= 0)
@@ -212,23 +238,91 @@ static const char *lane_label(const struct ps_graph *g, const struct glane *l, c
         snprintf(st, sizeof(st), "host");
     else if (l->stream == COPY_LANE)
         snprintf(st, sizeof(st), "copies");
+    else if (l->stream == LAUNCH_LANE)
+        snprintf(st, sizeof(st), "launches");
     else if (g && l->stream < g->n_streams)
         ps_stream_name(g, l->stream, st, (int)sizeof(st));
     else
         snprintf(st, sizeof(st), "stream %" PRId32, l->stream);
-    snprintf(buf, len, "%s %s", dev, st);
+    if (t->source == PS_TRACE_CPU && l->device >= 0 && strcmp(dev, "cpu") != 0)
+        snprintf(buf, len, "cpu (%s tasks) %s", dev, st);
+    else
+        snprintf(buf, len, "%s %s", dev, st);
     return buf;
 }
 
 #define LANE_H 20.0
 #define LANE_GAP 4.0
+#define AXIS_H 44.0
+
+static void time_unit(double span, const char **unit, double *ud)
+{
+    *unit = "us";
+    *ud = 1;
+    if (span >= 1e6) {
+        *unit = "s";
+        *ud = 1e6;
+    } else if (span >= 1e3) {
+        *unit = "ms";
+        *ud = 1e3;
+    }
+}
+
+static void draw_axis(FILE *f, double L, double PW, double y_top, double y_axis, double lo,
+                      double hi)
+{
+    char buf[64];
+    double span = hi - lo > 0 ? hi - lo : 1, ud;
+    const char *unit;
+    time_unit(span, &unit, &ud);
+    double step = nice_step(span / ud / 8);
+    double first = ceil(lo / ud / step - 1e-9) * step;
+    line(f, L, y_axis, L + PW, y_axis, "#000000", 1);
+    for (int k = 0;; k++) {
+        double tv = first + k * step;
+        if (tv > hi / ud + step * 1e-9 || k > 1000) break;
+        double x = L + (tv * ud - lo) / span * PW;
+        line(f, x, y_top, x, y_axis, "#e6e6e6", 1);
+        line(f, x, y_axis, x, y_axis + 5, "#000000", 1);
+        tick_label(buf, sizeof(buf), tv, step);
+        text(f, x, y_axis + 18, "middle", 11, "#000000", NULL, buf);
+    }
+    snprintf(buf, sizeof(buf), "time (%s)", unit);
+    text(f, L + PW / 2, y_axis + 36, "middle", 12, "#000000", NULL, buf);
+}
+
+static void draw_bar(FILE *f, const struct block *bk, double L, double PW, double ly, double start,
+                     double dur, const struct cat *c, const char *name, int mb)
+{
+    char buf[256];
+    double span = bk->hi - bk->lo > 0 ? bk->hi - bk->lo : 1;
+    double x = L + (start - bk->lo) / span * PW;
+    double w = dur / span * PW;
+    /* a zero-length event (a wait, a launch-bound task) still shows as a thin bar */
+    if (w < 1.5) w = 1.5;
+    fprintf(f, "<rect x=\"%s\" y=\"%s\" width=\"%s\" height=\"%s\" fill=\"%s\"", n2(x), n2(ly),
+            n2(w), n2(LANE_H), c->fill);
+    if (w >= 4) fputs(" stroke=\"#ffffff\" stroke-width=\"0.50\"", f);
+    fputs("><title>", f);
+    snprintf(buf, sizeof(buf), "%s (%s) start %.3f us, duration %.3f us", name, c->name, start,
+             dur);
+    esc(f, buf);
+    fputs("</title></rect>\n", f);
+    if (mb >= 0) {
+        snprintf(buf, sizeof(buf), "%d", mb);
+        if (w >= 6.5 * (double)strlen(buf) + 4)
+            text(f, x + w / 2, ly + LANE_H / 2 + 4, "middle", 10, c->ink,
+                 "pointer-events=\"none\"", buf);
+    }
+}
 
 int ps_plot_gantt(const struct ps_graph *g, const struct ps_trace *t, const struct ps_trace *t2,
                   const struct ps_gantt_opts *o, FILE *f, struct ps_diag *diag)
 {
     static const struct ps_gantt_opts defaults = {0};
     if (!o) o = &defaults;
-    struct block blk[2] = {{.g = g, .t = t}, {.g = g, .t = t2}};
+    struct block blk[2] = {{.g = g, .t = t, .issue = o->issue_us, .launch = o->launch_us},
+                           {.g = g, .t = t2, .issue = o->issue2_us, .launch = o->launch2_us}};
     int nb = t2 ? 2 : 1;
     for (int b = 0; b < nb; b++) {
         if (block_lanes(&blk[b]) < 0) {
@@ -240,35 +334,43 @@ int ps_plot_gantt(const struct ps_graph *g, const struct ps_trace *t, const stru
     if (t2) blk[1].label = o->label2 ? o->label2 : ps_trace_source_name(t2->source);
     bool headers = t2 || o->label;
 
-    /* time range, unit, categories present, label width */
-    double lo = 0, hi = 0;
+    /* time range of each block, categories present, label width */
     bool present[N_CATS] = {0};
     size_t maxlab = 8;
     char buf[256], buf2[128];
+    double at;
     for (int b = 0; b < nb; b++) {
-        const struct ps_trace *tr = blk[b].t;
+        struct block *bk = &blk[b];
+        const struct ps_trace *tr = bk->t;
+        bk->lo = bk->hi = 0;
         for (uint32_t k = 0; k < tr->n; k++) {
             const struct ps_trace_rec *r = &tr->r[k];
             if (!rec_ok(r)) continue;
-            if (r->start_us < lo) lo = r->start_us;
-            if (r->start_us + r->dur_us > hi) hi = r->start_us + r->dur_us;
+            if (r->start_us < bk->lo) bk->lo = r->start_us;
+            if (r->start_us + r->dur_us > bk->hi) bk->hi = r->start_us + r->dur_us;
             present[cat_of(g, tr, r)] = true;
+            if (launch_of(bk, r, &at)) {
+                present[CAT_LAUNCH] = true;
+                if (at < bk->lo) bk->lo = at;
+                if (at + bk->launch > bk->hi) bk->hi = at + bk->launch;
+            }
         }
-        for (uint32_t l = 0; l < blk[b].n_lanes; l++) {
-            size_t n = strlen(lane_label(g, &blk[b].lanes[l], buf, sizeof(buf)));
+        if (!(bk->hi - bk->lo > 0)) bk->hi = bk->lo + 1;
+        for (uint32_t l = 0; l < bk->n_lanes; l++) {
+            size_t n = strlen(lane_label(g, tr, &bk->lanes[l], buf, sizeof(buf)));
             if (n > maxlab) maxlab = n;
         }
     }
-    double span = hi - lo;
-    if (!(span > 0)) span = 1;
-    const char *unit = "us";
-    double ud = 1;
-    if (span >= 1e6) {
-        unit = "s";
-        ud = 1e6;
-    } else if (span >= 1e3) {
-        unit = "ms";
-        ud = 1e3;
+    /* one shared axis when the spans are comparable, else one axis per block */
+    bool shared = true;
+    if (nb == 2) {
+        double s0 = blk[0].hi - blk[0].lo, s1 = blk[1].hi - blk[1].lo;
+        shared = fmax(s0, s1) <= 2 * fmin(s0, s1);
+        if (shared) {
+            double lo = fmin(blk[0].lo, blk[1].lo), hi = fmax(blk[0].hi, blk[1].hi);
+            blk[0].lo = blk[1].lo = lo;
+            blk[0].hi = blk[1].hi = hi;
+        }
     }
 
     double W = o->width > 0 ? o->width : 1200;
@@ -282,44 +384,39 @@ int ps_plot_gantt(const struct ps_graph *g, const struct ps_trace *t, const stru
         if (headers) y += 20;
         blk[b].y0 = y;
         y += (double)blk[b].n_lanes * (LANE_H + LANE_GAP) + 8;
+        if (!shared || b == nb - 1) {
+            blk[b].y_axis = y;
+            y += AXIS_H;
+        }
     }
-    double y_axis = y;
     int n_present = 0;
     for (int k = 0; k < N_CATS; k++) n_present += present[k];
     int per_row = (int)(PW / 110);
     if (per_row < 1) per_row = 1;
     int rows = n_present ? (n_present + per_row - 1) / per_row : 0;
-    double y_leg = y_axis + 48;
+    double y_leg = y + 4;
     double H = y_leg + rows * 18 + 10;
 
     svg_begin(f, W, H);
     if (o->title) text(f, W / 2, 26, "middle", 16, "#000000", "font-weight=\"bold\"", o->title);
 
-    /* grid and axis */
-    double step = nice_step(span / ud / 8);
-    double first = ceil(lo / ud / step - 1e-9) * step;
     fputs("<g id=\"axis\">\n", f);
-    line(f, L, y_axis, L + PW, y_axis, "#000000", 1);
-    for (int k = 0;; k++) {
-        double tv = first + k * step;
-        if (tv > hi / ud + step * 1e-9 || k > 1000) break;
-        double x = L + (tv * ud - lo) / span * PW;
-        line(f, x, blk[0].y0 - 4, x, y_axis, "#e6e6e6", 1);
-        line(f, x, y_axis, x, y_axis + 5, "#000000", 1);
-        tick_label(buf, sizeof(buf), tv, step);
-        text(f, x, y_axis + 18, "middle", 11, "#000000", NULL, buf);
-    }
-    snprintf(buf, sizeof(buf), "time (%s)", unit);
-    text(f, L + PW / 2, y_axis + 36, "middle", 12, "#000000", NULL, buf);
+    for (int b = 0; b < nb; b++)
+        if (!shared || b == nb - 1)
+            draw_axis(f, L, PW, (shared ? blk[0].y0 : blk[b].y0) - 4, blk[b].y_axis, blk[b].lo,
+                      blk[b].hi);
     fputs("</g>\n", f);
 
     for (int b = 0; b < nb; b++) {
         const struct block *bk = &blk[b];
         const struct ps_trace *tr = bk->t;
-        fprintf(f, "<g id=\"trace%d\">\n", b);
+        fprintf(f, "<g id=\"trace%d\" data-x0=\"%s\" data-x1=\"%s\">\n", b, n2(L), n2(L + PW));
         if (headers) {
-            double ms = ps_trace_makespan(tr);
-            snprintf(buf, sizeof(buf), "%s: makespan %.3f %s", bk->label, ms / ud, unit);
+            const char *unit;
+            double ud, ms = ps_trace_makespan(tr);
+            time_unit(bk->hi - bk->lo, &unit, &ud);
+            snprintf(buf, sizeof(buf), "%s: makespan %.3f %s%s", bk->label, ms / ud, unit,
+                     shared ? "" : " (own time axis)");
             text(f, 6, bk->y0 - 6, "start", 12, "#000000", "font-weight=\"bold\"", buf);
         }
         for (uint32_t l = 0; l < bk->n_lanes; l++) {
@@ -328,34 +425,25 @@ int ps_plot_gantt(const struct ps_graph *g, const struct ps_trace *t, const stru
                     "<rect x=\"%s\" y=\"%s\" width=\"%s\" height=\"%s\" fill=\"#f7f7f7\"/>\n",
                     n2(L), n2(ly), n2(PW), n2(LANE_H));
             text(f, L - 6, ly + LANE_H / 2 + 4, "end", 11, "#000000", NULL,
-                 lane_label(g, &bk->lanes[l], buf, sizeof(buf)));
+                 lane_label(g, tr, &bk->lanes[l], buf, sizeof(buf)));
         }
         for (uint32_t k = 0; k < tr->n; k++) {
             const struct ps_trace_rec *r = &tr->r[k];
             if (!rec_ok(r)) continue;
-            const struct cat *c = &cats[cat_of(g, tr, r)];
-            double ly = bk->y0 + (double)lane_index(bk, r->device, r->stream) * (LANE_H + LANE_GAP);
-            double x = L + (r->start_us - lo) / span * PW;
-            double w = r->dur_us / span * PW;
-            if (w < 0.5) w = 0.5;
             bool has = g && r->node != UINT32_MAX && r->node < g->n_nodes;
             const char *name = r->name;
             if (!name && has) name = ps_node_name(g, r->node, buf2, (int)sizeof(buf2));
             if (!name) name = "?";
-            fprintf(f,
-                    "<rect x=\"%s\" y=\"%s\" width=\"%s\" height=\"%s\" fill=\"%s\" "
-                    "stroke=\"#ffffff\" stroke-width=\"0.50\"><title>",
-                    n2(x), n2(ly), n2(w), n2(LANE_H), c->fill);
-            snprintf(buf, sizeof(buf), "%s (%s) start %.3f us, duration %.3f us", name, c->name,
-                     r->start_us, r->dur_us);
-            esc(f, buf);
-            fputs("</title></rect>\n", f);
             int mb = has ? g->nodes[r->node].mb : -1;
-            if (mb >= 0) {
-                snprintf(buf, sizeof(buf), "%d", mb);
-                if (w >= 6.5 * (double)strlen(buf) + 4)
-                    text(f, x + w / 2, ly + LANE_H / 2 + 4, "middle", 10, c->ink,
-                         "pointer-events=\"none\"", buf);
+            double ly = bk->y0 + (double)lane_index(bk, r->device, lane_key(g, r->stream)) *
+                                     (LANE_H + LANE_GAP);
+            draw_bar(f, bk, L, PW, ly, r->start_us, r->dur_us, &cats[cat_of(g, tr, r)], name, mb);
+            if (launch_of(bk, r, &at)) {
+                char lname[160];
+                snprintf(lname, sizeof(lname), "launch of %s", name);
+                double lly = bk->y0 + (double)lane_index(bk, r->device, LAUNCH_LANE) *
+                                          (LANE_H + LANE_GAP);
+                draw_bar(f, bk, L, PW, lly, at, bk->launch, &cats[CAT_LAUNCH], lname, mb);
             }
         }
         fputs("</g>\n", f);
@@ -366,10 +454,11 @@ int ps_plot_gantt(const struct ps_graph *g, const struct ps_trace *t, const stru
     int i = 0;
     for (int k = 0; k < N_CATS; k++) {
         if (!present[k]) continue;
-        double lx = L + (double)(i % per_row) * 110, ly = y_leg + (double)(i / per_row) * 18;
+        double lx = L + (double)(i % per_row) * 110, ly = y_leg + 10 + (double)(i / per_row) * 18;
         fprintf(f, "<rect x=\"%s\" y=\"%s\" width=\"12\" height=\"12\" fill=\"%s\"/>\n",
                 n2(lx), n2(ly - 10), cats[k].fill);
-        text(f, lx + 16, ly, "start", 11, "#000000", NULL, cats[k].name);
+        text(f, lx + 16, ly, "start", 11, "#000000", NULL,
+             k == CAT_LAUNCH ? "host launch" : cats[k].name);
         i++;
     }
     fputs("</g>\n</svg>\n", f);

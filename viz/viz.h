@@ -194,11 +194,18 @@ struct ps_gantt_opts {
     const char *label;  /* name of the first trace, NULL = its source ("simulated") */
     const char *label2; /* name of the second trace */
     double width;       /* px, 0 = 1200 */
+    /* simulated traces: when the host issued each node (struct ps_sim issue_us, per node) and
+     * the launch overhead; draws a "launches" lane per device. NULL = none. */
+    const double *issue_us, *issue2_us;
+    double launch_us, launch2_us;
 };
 
-/* Gantt timeline: one lane per (device, stream) with records, boxes coloured by category,
- * micro-batch number in boxes wide enough, time axis in us/ms/s, lane labels, legend. t2
- * (optional) is drawn below t on the same time axis. g may be NULL; o may be NULL. */
+/* Gantt timeline: one lane per (device, stream) with records, named after what ran it (a CPU
+ * run's lanes say "cpu"), boxes coloured by category, micro-batch number in boxes wide enough,
+ * time axis in us/ms/s, lane labels, legend. t2 (optional) is drawn below t: on the same time
+ * axis when the two spans are within a factor 2 of each other, else each block on its own axis
+ * (a 100x shorter trace would be an empty block on a shared axis). g may be NULL; o may be
+ * NULL. Each block is a <g id="traceK" data-x0 data-x1> group so tests can measure it. */
 int ps_plot_gantt(const struct ps_graph *g, const struct ps_trace *t, const struct ps_trace *t2,
                   const struct ps_gantt_opts *o, FILE *f, struct ps_diag *diag);
 int ps_plot_gantt_file(const struct ps_graph *g, const struct ps_trace *t,

@@ -136,6 +136,10 @@ int ps_cmd_compare(struct ps_cli *cli)
     }
     if (cli->svg) {
         struct ps_gantt_opts go = {.title = spec->name, .label = "measured", .label2 = "simulated"};
+        if (sim == &run.sim.trace) {
+            go.issue2_us = run.sim.issue_us;
+            go.launch2_us = run.sim.launch_us;
+        }
         if (ps_plot_gantt_file(g, &tm, sim, &go, cli->svg, &d)) {
             code = ps_cli_fail(&d, PS_EXIT_INPUT);
             goto out;

@@ -324,13 +324,22 @@ int ps_cmd_diagnose(struct ps_cli *cli)
         eo.value_name = "duration error (measured - simulated) / measured";
         eo.tasks_only = true;
         if (!errs || ps_svg_write_file(sr.g, &eo, OUT("graph-errors.svg"), &d)) goto fail;
-        struct ps_gantt_opts go = {.title = "measured (above) and simulated (below), one time axis",
-                                   .label = best == &runs[1] ? "measured on cuda" : "measured on cpu",
-                                   .label2 = "simulated"};
-        if (ps_plot_gantt_file(sr.g, &best->res.trace, &sr.sim.trace, &go, OUT("timeline.svg"), &d))
+        /* the CPU run against the simulation with the costs calibrated to it (same scale,
+           comparable shapes); without a calibration the two get their own time axes */
+        bool cal_sim = have_cal && best == &runs[0];
+        const struct ps_simrun *lower = cal_sim ? &sr2 : &sr;
+        struct ps_gantt_opts go = {
+            .title = "measured (above) and simulated (below)",
+            .label = best == &runs[1] ? "measured on cuda" : "measured on cpu",
+            .label2 = cal_sim ? "simulated with the costs calibrated to this run" : "simulated",
+            .issue2_us = lower->sim.issue_us,
+            .launch2_us = lower->sim.launch_us};
+        if (ps_plot_gantt_file(sr.g, &best->res.trace, &lower->sim.trace, &go,
+                               OUT("timeline.svg"), &d))
             goto fail;
     }
-    struct ps_gantt_opts gs = {.title = "simulated timeline", .label = "simulated"};
+    struct ps_gantt_opts gs = {.title = "simulated timeline", .label = "simulated",
+                               .issue_us = sr.sim.issue_us, .launch_us = sr.sim.launch_us};
     if (ps_plot_gantt_file(sr.g, &sr.sim.trace, NULL, &gs, OUT("timeline-simulated.svg"), &d))
         goto fail;
     if (have_cal && ps_costs_write(cal.costs, OUT("costs-cpu.json"), &d)) goto fail;
@@ -582,7 +591,11 @@ int ps_cmd_diagnose(struct ps_cli *cli)
     }
     if (best) {
         ps_html_image(h, "timeline.svg", "measured and simulated timelines",
-                      "measured lanes above simulated lanes on one time axis");
+                      have_cal && best == &runs[0]
+                          ? "measured lanes above; below, the simulation with the costs "
+                            "calibrated to this run (costs-cpu.json)"
+                          : "measured lanes above, simulated lanes below, each on its own time "
+                            "axis when their spans differ by more than 2x");
         ps_html_image(h, "graph-errors.svg", "graph coloured by error",
                       "tasks coloured by relative duration error (red: measured slower, blue: "
                       "faster)");

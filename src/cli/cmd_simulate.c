@@ -252,7 +252,9 @@ int ps_cmd_simulate(struct ps_cli *cli)
         if (whatif) rekey(a.g, b.g, &b.sim.trace);
         struct ps_gantt_opts go = {.title = spec->name,
                                    .label = whatif ? "with phony edges" : NULL,
-                                   .label2 = whatif ? "without phony edges" : NULL};
+                                   .label2 = whatif ? "without phony edges" : NULL,
+                                   .issue_us = whatif ? NULL : a.sim.issue_us,
+                                   .launch_us = a.sim.launch_us};
         if (ps_plot_gantt_file(a.g, &a.sim.trace, whatif ? &b.sim.trace : NULL, &go, cli->svg,
                                &d)) {
             code = ps_cli_fail(&d, PS_EXIT_INPUT);
