@@ -65,4 +65,14 @@ for b in bad:
 sys.exit(1 if bad else 0)
 PY
 grep -q 'cpu (cuda:0 tasks) compute' "$tmp/seed1-convergence/timeline.svg" || fail "seed1 timeline.svg: the CPU run's lanes are not labelled cpu"
+# the tasks-only graph keeps data edges solid: the gradient of micro-batch i flows from B(i,j) to
+# B(i,j-1) through the copy, for checkpointed micro-batches too (their R(i,j-1) also follows
+# B(i,j), over a phony edge, which must not hide the data edge)
+"$bin" graph "$root/examples/small-3x3.json" --tasks --dot "$tmp/tasks.dot" -q || fail "graph --tasks exited $?"
+for i in 0 1 2; do
+    for j in 1 2; do
+        grep -q "\"B($i,$j)\" -> \"B($i,$((j - 1)))\";" "$tmp/tasks.dot" ||
+            fail "graph --tasks: no solid data edge B($i,$j) -> B($i,$((j - 1)))"
+    done
+done
 echo "pictures: ok"

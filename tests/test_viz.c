@@ -240,6 +240,21 @@ static void test_dot_values(void **state)
     assert_non_null(strstr(dot, "fillcolor=gold"));
     assert_non_null(strstr(dot, "timing error: -0.5 .. 0.5"));
     free(dot);
+    /* values all near 1 (a simulation 100x too fast): every one is dark red, none white; the
+       label gives the values' own range and the colour scale's */
+    val[0] = 0.999;
+    val[4] = 1.0;
+    val[7] = 0.9995;
+    o.color = NULL;
+    dot = dot_string(g, &o);
+    assert_null(strstr(dot, "fillcolor=\"#ffffff\""));
+    /* by hand: 0.999 of the way from white to red = (215.04, 25.23, 28.23) -> #d7191c, as 1 */
+    const char *p = dot;
+    int reds = 0;
+    while ((p = strstr(p, "fillcolor=\"#d7191c\""))) reds++, p++;
+    assert_int_equal(reds, 3);
+    assert_non_null(strstr(dot, "timing error: 0.999 .. 1 (colours: blue -1, white 0, red 1)"));
+    free(dot);
     char c[8];
     assert_string_equal(ps_viz_color_scale(1, 0, 1, c), "#d7191c");
     assert_string_equal(ps_viz_color_scale(0, 0, 1, c), "#ffffff");

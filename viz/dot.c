@@ -208,6 +208,7 @@ struct dot {
     uint8_t *state;  /* per node: ST_* */
     Agnode_t **an;   /* per node: its cgraph node when drawn */
     double vlo, vhi; /* value scale */
+    double dlo, dhi; /* range of the values themselves */
 };
 
 static Agsym_t *decl(Agraph_t *G, int kind, const char *name)
@@ -394,21 +395,31 @@ static int reduce_and_add(struct dot *d, uint32_t *seen, uint32_t *stack)
         uint32_t stamp = 0;
         for (uint32_t u = 0; u < nv; u++) {
             if (off[u] == off[u + 1]) continue;
-            /* everything reachable from u's successors in one or more further steps */
-            stamp++;
-            uint32_t sp = 0;
-            for (uint32_t e = off[u]; e < off[u + 1]; e++) stack[sp++] = d->ce[e].w;
-            while (sp) {
-                uint32_t x = stack[--sp];
-                for (uint32_t e = off[x]; e < off[x + 1]; e++) {
-                    uint32_t y = d->ce[e].w;
-                    if (seen[y] == stamp) continue;
-                    seen[y] = stamp;
-                    stack[sp++] = y;
+            /* per edge kind k of u's edges: everything reachable from u's successors in one or
+               more further steps over edges of kind <= k only. An edge of kind k is redundant
+               only when such a path exists: a data edge is never dropped in favour of a path
+               that needs a phony edge (B(1,1) -> B(1,0) stays solid next to B(1,1) -> R(1,0) ->
+               B(1,0) in a checkpointed GPipe) */
+            for (int k = 0; k < PS_EDGE__COUNT; k++) {
+                bool has = false;
+                for (uint32_t e = off[u]; e < off[u + 1]; e++) has |= d->ce[e].kind == k;
+                if (!has) continue;
+                stamp++;
+                uint32_t sp = 0;
+                for (uint32_t e = off[u]; e < off[u + 1]; e++)
+                    if (d->ce[e].kind <= k) stack[sp++] = d->ce[e].w;
+                while (sp) {
+                    uint32_t x = stack[--sp];
+                    for (uint32_t e = off[x]; e < off[x + 1]; e++) {
+                        uint32_t y = d->ce[e].w;
+                        if (d->ce[e].kind > k || seen[y] == stamp) continue;
+                        seen[y] = stamp;
+                        stack[sp++] = y;
+                    }
                 }
+                for (uint32_t e = off[u]; e < off[u + 1]; e++)
+                    if (d->ce[e].kind == k && seen[d->ce[e].w] == stamp) d->ce[e].keep = 0;
             }
-            for (uint32_t e = off[u]; e < off[u + 1]; e++)
-                if (seen[d->ce[e].w] == stamp) d->ce[e].keep = 0;
         }
         free(off);
     }
@@ -492,8 +503,13 @@ static void value_range(struct dot *d)
         if (!any || x > d->vhi) d->vhi = x;
         any = true;
     }
-    if (d->vlo < 0 && d->vhi > 0) {
-        double m = fmax(-d->vlo, d->vhi);
+    d->dlo = d->vlo;
+    d->dhi = d->vhi;
+    /* errors: white is 0, red the largest positive, blue the largest negative magnitude, so the
+       colour of a value says how large it is (values all in 0.999..1 are all dark red, not a
+       white-to-red ramp over a 0.1% range) */
+    double m = fmax(fabs(d->vlo), fabs(d->vhi));
+    if (m > 0) {
         d->vlo = -m;
         d->vhi = m;
     }
@@ -561,8 +577,14 @@ int ps_dot_build(const struct ps_graph *g, const struct ps_dot_opts *opts, Agrap
         if (opts->title) snprintf(label, sizeof(label), "%s", opts->title);
         if (opts->node_value) {
             size_t k = strlen(label);
-            snprintf(label + k, sizeof(label) - k, "%s%s: %.3g .. %.3g", k ? "\n" : "",
-                     opts->value_name ? opts->value_name : "value", d.vlo, d.vhi);
+            if (opts->value_min != 0 || opts->value_max != 0)
+                snprintf(label + k, sizeof(label) - k, "%s%s: %.3g .. %.3g", k ? "\n" : "",
+                         opts->value_name ? opts->value_name : "value", d.vlo, d.vhi);
+            else
+                snprintf(label + k, sizeof(label) - k,
+                         "%s%s: %.3g .. %.3g (colours: blue %.3g, white 0, red %.3g)",
+                         k ? "\n" : "", opts->value_name ? opts->value_name : "value", d.dlo,
+                         d.dhi, d.vlo, d.vhi);
         }
         if (label[0]) {
             set(d.G, d.gs[G_LABEL], label);
@@ -692,4 +714,72 @@ const struct ps_graph_format *ps_graph_format_find(const char *s)
     }
     if (dot && (!slash || dot > slash) && strcmp(dot, ".gv") == 0) return &ps_graph_formats[0];
     return NULL;
+}
+
+/* ---- legend ------------------------------------------------------------------------------ */
+
+/* The node shapes and edge styles of style_node/add_edge, drawn by hand as a small SVG (the
+ * report shows it under the graph). Same colours as above; keep the two in step. */
+char *ps_dot_legend_svg(void)
+{
+    static const char *const items[][2] = {
+        {"<rect x='4' y='4' width='36' height='20' fill='#cfe0f3' stroke='#1f4e79'/>",
+         "F(i,j) forward"},
+        {"<rect x='4' y='4' width='36' height='20' fill='#cfe0f3' stroke='#1f4e79'/>"
+         "<rect x='7' y='7' width='30' height='14' fill='none' stroke='#1f4e79'/>",
+         "F checkpointed (double border)"},
+        {"<rect x='4' y='4' width='36' height='20' fill='#fbd9b5' stroke='#a0522d'/>",
+         "B(i,j) backward"},
+        {"<rect x='4' y='4' width='36' height='20' fill='#fdebd3' stroke='#a0522d'/>",
+         "Wg(i,j) weight gradient"},
+        {"<rect x='4' y='4' width='36' height='20' fill='#c8c8c8' stroke='#555555'/>",
+         "R(i,j) recompute"},
+        {"<ellipse cx='22' cy='14' rx='16' ry='9' fill='#e4e4e4' stroke='#555555'/>",
+         "r(i,j) recompute's forward side"},
+        {"<polygon points='4,4 34,4 40,14 34,24 4,24 10,14' fill='#d5ecd4' stroke='#2e7d32'/>",
+         "C(i,j-&gt;k) copy"},
+        {"<polygon points='14,4 30,4 40,10 40,18 30,24 14,24 4,18 4,10' fill='none' "
+         "stroke='#555555'/>",
+         "W, Wo: stream waits"},
+        {"<ellipse cx='22' cy='14' rx='16' ry='9' fill='none' stroke='#777777'/>",
+         "fork / join (phony)"},
+        {"<polygon points='14,3 30,3 41,10 41,18 30,25 14,25 3,18 3,10' fill='none' "
+         "stroke='#000000'/><polygon points='15,6 29,6 38,11 38,17 29,22 15,22 6,17 6,11' "
+         "fill='none' stroke='#000000'/>",
+         "loss"},
+        {"<rect x='8' y='4' width='32' height='20' fill='none' stroke='#000000'/>"
+         "<rect x='4' y='8' width='8' height='4' fill='#ffffff' stroke='#000000'/>"
+         "<rect x='4' y='16' width='8' height='4' fill='#ffffff' stroke='#000000'/>",
+         "opt(j) optimizer step"},
+        {"<line x1='2' y1='14' x2='36' y2='14' stroke='#000000'/>"
+         "<polygon points='36,10 43,14 36,18' fill='#000000'/>",
+         "data edge: a tensor or gradient flows"},
+        {"<line x1='2' y1='14' x2='36' y2='14' stroke='#000000' stroke-dasharray='5,3'/>"
+         "<polygon points='36,10 43,14 36,18' fill='#000000'/>",
+         "phony edge: ordering only (fork/join)"},
+    };
+    enum { N = sizeof(items) / sizeof(items[0]), COLS = 3 };
+    const double cw = 300, rh = 30;
+    const int rows = (N + COLS - 1) / COLS;
+    size_t cap = 8192;
+    char *buf = malloc(cap);
+    if (!buf) return NULL;
+    size_t k = (size_t)snprintf(buf, cap,
+                                "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" "
+                                "height=\"%d\" font-family=\"Helvetica, Arial, sans-serif\" "
+                                "font-size=\"12\">\n",
+                                (int)(cw * COLS), (int)(rh * rows + 8));
+    for (int i = 0; i < N && k < cap; i++) {
+        double x = (i % COLS) * cw, y = (i / COLS) * rh + 2;
+        k += (size_t)snprintf(buf + k, cap - k,
+                              "<g transform=\"translate(%.0f,%.0f)\">%s<text x=\"50\" y=\"18\">"
+                              "%s</text></g>\n",
+                              x, y, items[i][0], items[i][1]);
+    }
+    if (k + 8 >= cap) {
+        free(buf);
+        return NULL;
+    }
+    memcpy(buf + k, "</svg>\n", 8);
+    return buf;
 }

@@ -197,6 +197,24 @@ void ps_html_image(struct ps_html *h, const char *src, const char *alt, const ch
     puts_(h, &h->body, "</figure>\n");
 }
 
+void ps_html_image_wide(struct ps_html *h, const char *src, const char *alt, const char *caption)
+{
+    close_table(h);
+    puts_(h, &h->body, "<figure><div class=\"scroll\"><a href=\"");
+    esc(h, &h->body, src);
+    puts_(h, &h->body, "\"><img src=\"");
+    esc(h, &h->body, src);
+    puts_(h, &h->body, "\" alt=\"");
+    esc(h, &h->body, alt);
+    puts_(h, &h->body, "\"></a></div>");
+    if (caption) {
+        puts_(h, &h->body, "<figcaption>");
+        esc(h, &h->body, caption);
+        puts_(h, &h->body, "</figcaption>");
+    }
+    puts_(h, &h->body, "</figure>\n");
+}
+
 void ps_html_svg(struct ps_html *h, const char *svg, const char *caption)
 {
     close_table(h);
@@ -226,6 +244,8 @@ static const char *STYLE =
     "td.n{text-align:right;font-variant-numeric:tabular-nums}\n"
     "tbody tr:nth-child(even){background:#f8f9fb}\n"
     "figure{margin:12px 0}figure img,figure svg{max-width:100%;height:auto;border:1px solid #ddd}\n"
+    ".scroll{overflow:auto;max-height:560px;border:1px solid #ddd}"
+    ".scroll img{max-width:none;border:0}\n"
     "figcaption{font-size:13px;color:#555}\npre{background:#f6f6f6;padding:8px;overflow:auto;"
     "font-size:13px}\n";
 

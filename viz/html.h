@@ -33,6 +33,9 @@ void ps_html_row(struct ps_html *h, const char *const *cells);
 /* <figure><img src=src alt=alt><figcaption>caption</figcaption></figure>; src relative to the
  * page. */
 void ps_html_image(struct ps_html *h, const char *src, const char *alt, const char *caption);
+/* The same for a large picture: shown at its natural size in a scrolling box, so its labels are
+ * readable, and linked to the file. */
+void ps_html_image_wide(struct ps_html *h, const char *src, const char *alt, const char *caption);
 /* An SVG document inlined (its XML prolog dropped). */
 void ps_html_svg(struct ps_html *h, const char *svg, const char *caption);
 

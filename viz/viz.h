@@ -109,6 +109,10 @@ int ps_dot_write(const struct ps_graph *g, const struct ps_dot_opts *o, FILE *f,
 int ps_dot_write_file(const struct ps_graph *g, const struct ps_dot_opts *o, const char *path,
                       struct ps_diag *diag);
 
+/* The node shapes and edge styles of the DOT/SVG graphs as a small standalone SVG (malloc'd,
+ * NUL-terminated; NULL when out of memory). */
+char *ps_dot_legend_svg(void);
+
 /* SVG laid out by Graphviz's dot engine. ps_svg_render returns a malloc'd, NUL-terminated
  * buffer (free()) and its length. */
 int ps_svg_render(const struct ps_graph *g, const struct ps_dot_opts *o, char **data,

@@ -318,16 +318,19 @@ int ps_cmd_diagnose(struct ps_cli *cli)
     if (ps_svg_write_file(g, &dop, OUT("graph.svg"), &d)) goto fail;
     const struct diag_run *best = runs[1].have_cmp ? &runs[1] : runs[0].have_cmp ? &runs[0] : NULL;
     if (best) {
-        errs = ps_compare_node_errors(&best->cmp, sr.g);
-        struct ps_dot_opts eo = dop;
-        eo.node_value = errs;
-        eo.value_name = "duration error (measured - simulated) / measured";
-        eo.tasks_only = true;
-        if (!errs || ps_svg_write_file(sr.g, &eo, OUT("graph-errors.svg"), &d)) goto fail;
         /* the CPU run against the simulation with the costs calibrated to it (same scale,
-           comparable shapes); without a calibration the two get their own time axes */
+           comparable shapes: against the spec's GPU costs every task is ~100% off); without a
+           calibration the two timelines get their own time axes */
         bool cal_sim = have_cal && best == &runs[0];
         const struct ps_simrun *lower = cal_sim ? &sr2 : &sr;
+        errs = ps_compare_node_errors(cal_sim ? &ccal : &best->cmp, sr.g);
+        struct ps_dot_opts eo = dop;
+        eo.node_value = errs;
+        eo.value_name = cal_sim ? "duration error vs the calibrated simulation, (measured - "
+                                  "simulated) / measured"
+                                : "duration error (measured - simulated) / measured";
+        eo.tasks_only = true;
+        if (!errs || ps_svg_write_file(sr.g, &eo, OUT("graph-errors.svg"), &d)) goto fail;
         struct ps_gantt_opts go = {
             .title = "measured (above) and simulated (below)",
             .label = best == &runs[1] ? "measured on cuda" : "measured on cpu",
@@ -478,7 +481,15 @@ int ps_cmd_diagnose(struct ps_cli *cli)
                     "recompute shaded.",
                  g->n_nodes, g->n_edges,
                  big ? "tasks-only view (fork/join/copy/wait contracted into edges)" : "every node");
-    ps_html_image(h, "graph.svg", "dependency graph", "the task graph (graph.svg)");
+    ps_html_image_wide(h, "graph.svg", "dependency graph",
+                       "the task graph at full size (scroll, or click to open graph.svg)");
+    {
+        char *legend = ps_dot_legend_svg();
+        if (legend)
+            ps_html_svg(h, legend, "node shapes and edge styles (src/SEMANTICS.md has the task "
+                                   "names)");
+        free(legend);
+    }
     ps_html_section(h, "memory", "Memory");
     {
         const char *head[] = {"device", "peak activations (engine order)", "without phony edges",
@@ -596,9 +607,12 @@ int ps_cmd_diagnose(struct ps_cli *cli)
                             "calibrated to this run (costs-cpu.json)"
                           : "measured lanes above, simulated lanes below, each on its own time "
                             "axis when their spans differ by more than 2x");
-        ps_html_image(h, "graph-errors.svg", "graph coloured by error",
-                      "tasks coloured by relative duration error (red: measured slower, blue: "
-                      "faster)");
+        ps_html_image_wide(h, "graph-errors.svg", "graph coloured by error",
+                      have_cal && best == &runs[0]
+                          ? "tasks coloured by relative duration error against the calibrated "
+                            "simulation (white: equal, red: measured slower, blue: faster)"
+                          : "tasks coloured by relative duration error (white: equal, red: "
+                            "measured slower, blue: faster)");
     }
     ps_html_section(h, "batchnorm", "BatchNorm statistics");
     if (!has_bn) {
