@@ -463,7 +463,35 @@ void ps_drift_finish(struct ps_drift *dr)
     run_finish(&dr->reference);
     for (int k = 0; dr->runs && k < dr->n_runs; k++) run_finish(&dr->runs[k]);
     free(dr->runs);
+    free(dr->skipped);
     memset(dr, 0, sizeof(*dr));
+}
+
+int ps_drift_check_chunks(const struct ps_spec *spec, const struct ps_model *model, int chunks,
+                          char *why, size_t len)
+{
+    int64_t n = spec->batch;
+    if (chunks < 1 || chunks > n) {
+        snprintf(why, len, "chunks %d: a batch of %lld samples allows chunks 1..%lld", chunks,
+                 (long long)n, (long long)n);
+        return -EINVAL;
+    }
+    /* torch.chunk: micro-batches of ceil(N/chunks), the last holds the rest */
+    int64_t size = (n + chunks - 1) / chunks, m = (n + size - 1) / size;
+    int64_t last = n - size * (m - 1);
+    for (int l = 0; l < spec->n_layers && model && l < model->n_layers; l++) {
+        if (spec->layers[l].op != PS_OP_BATCHNORM) continue;
+        const struct ps_layer_info *li = &model->layers[l];
+        int64_t spatial = li->n_in_dims == 3 ? li->in[1] * li->in[2] : 1;
+        if (last * spatial == 1) {
+            snprintf(why, len,
+                     "chunks %d: micro-batch %lld holds 1 sample, so batchnorm layer %d sees one "
+                     "value per channel (PyTorch refuses to train it)",
+                     chunks, (long long)(m - 1), l);
+            return -EINVAL;
+        }
+    }
+    return 0;
 }
 
 static void progress(const struct ps_drift_opts *o, int k, int n, const struct ps_drift_setting *s,
@@ -522,8 +550,28 @@ int ps_drift_run(const struct ps_spec *spec, const struct ps_model *model, const
     }
     int total = n_ch * n_po * n_ck + 1, done = 0;
     out->runs = calloc((size_t)(n_ch * n_po * n_ck), sizeof(*out->runs));
+    out->skipped = calloc((size_t)(n_ch * n_po * n_ck), sizeof(*out->skipped));
     group = calloc((size_t)(n_po * n_ck), sizeof(*group));
-    if (!rc && (!out->runs || !group)) rc = ps_diag_set(d, -ENOMEM, "drift", "out of memory");
+    if (!rc && (!out->runs || !out->skipped || !group))
+        rc = ps_diag_set(d, -ENOMEM, "drift", "out of memory");
+    /* settings that cannot run are listed, not run; the rest still run */
+    char why[192];
+    for (int ic = 0; ic < n_ch && !rc; ic++) {
+        int c = o->chunks ? o->chunks[ic] : saved_chunks;
+        if (!ps_drift_check_chunks(spec, model, c, why, sizeof(why))) continue;
+        for (int ip = 0; ip < n_po; ip++)
+            for (int ik = 0; ik < n_ck; ik++) {
+                struct ps_drift_skip *sk = &out->skipped[out->n_skipped++];
+                sk->s = (struct ps_drift_setting){
+                    c, o->checkpoints ? o->checkpoints[ik] : saved_ckpt,
+                    o->policies ? o->policies[ip] : saved_pol};
+                snprintf(sk->reason, sizeof(sk->reason), "%s", why);
+                total--;
+            }
+    }
+    if (!rc && out->n_skipped == n_ch * n_po * n_ck)
+        rc = ps_diag_set(d, -EINVAL, spec->path, "no drift setting can run: %s",
+                         out->skipped[0].reason);
 
     struct ps_drift_setting rs = {1, PS_CKPT_NEVER, PS_BN_PLAIN};
     if (!rc) {
@@ -536,6 +584,9 @@ int ps_drift_run(const struct ps_spec *spec, const struct ps_model *model, const
 
     for (int ic = 0; ic < n_ch && !rc; ic++) {
         int ng = 0;
+        if (ps_drift_check_chunks(spec, model, o->chunks ? o->chunks[ic] : saved_chunks, why,
+                                  sizeof(why)))
+            continue;
         for (int ip = 0; ip < n_po && !rc; ip++)
             for (int ik = 0; ik < n_ck && !rc; ik++) {
                 struct ps_drift_setting s = {
@@ -681,6 +732,17 @@ cJSON *ps_drift_json(const struct ps_drift *dr)
     cJSON *a = cJSON_AddArrayToObject(o, "runs");
     for (int k = 0; a && k < dr->n_runs; k++)
         cJSON_AddItemToArray(a, run_json(&dr->runs[k], dr->train));
+    cJSON *sk = cJSON_AddArrayToObject(o, "skipped");
+    for (int k = 0; sk && k < dr->n_skipped; k++) {
+        const struct ps_drift_skip *x = &dr->skipped[k];
+        cJSON *e = cJSON_CreateObject();
+        if (!e) continue;
+        ps_json_add_int(e, "chunks", x->s.chunks);
+        cJSON_AddStringToObject(e, "policy", ps_bn_policy_name(x->s.policy));
+        cJSON_AddStringToObject(e, "checkpoint", ps_checkpoint_name(x->s.checkpoint));
+        cJSON_AddStringToObject(e, "reason", x->reason);
+        cJSON_AddItemToArray(sk, e);
+    }
     return o;
 }
 

@@ -114,6 +114,14 @@ struct ps_drift_run {
     char *adaptation;                   /* and its words; NULL otherwise (and for the reference) */
 };
 
+/* A setting that cannot run, and why: BatchNorm would see one value per channel in the smallest
+ * micro-batch (PyTorch refuses to train that), or chunks exceed the batch. The other settings
+ * still run (a sweep never fails as a whole for one impossible setting). */
+struct ps_drift_skip {
+    struct ps_drift_setting s;
+    char reason[192];
+};
+
 struct ps_drift {
     const struct ps_spec *spec;         /* not owned */
     bool train;
@@ -123,10 +131,20 @@ struct ps_drift {
     struct ps_drift_run reference;
     int n_runs;                         /* chunks-major, then policy, then checkpoint */
     struct ps_drift_run *runs;
+    int n_skipped;                      /* in the same order */
+    struct ps_drift_skip *skipped;
 };
 
-/* Runs every setting and the reference, each a variant of the (unchanged) spec. Returns 0 or a negative errno with diag (a setting
- * that cannot run names its chunks/policy/checkpoint). */
+/* Whether `chunks` can be trained: 0, or -EINVAL with the reason in why (chunks outside
+ * 1..batch, or a BatchNorm layer that would see a single value per channel in the smallest
+ * micro-batch: smallest micro-batch x H x W == 1 at its input). */
+int ps_drift_check_chunks(const struct ps_spec *spec, const struct ps_model *model, int chunks,
+                          char *why, size_t len);
+
+/* Runs every setting and the reference, each a variant of the (unchanged) spec. Settings that
+ * ps_drift_check_chunks refuses are listed in out->skipped instead; when every setting is
+ * refused, or the reference cannot run, it fails. Returns 0 or a negative errno with diag (a
+ * setting that fails names its chunks/policy/checkpoint). */
 int ps_drift_run(const struct ps_spec *spec, const struct ps_model *model,
                  const struct ps_drift_opts *o,
                  struct ps_drift *out, struct ps_diag *d);

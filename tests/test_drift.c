@@ -343,6 +343,92 @@ static void test_eval(void **state)
     ps_spec_destroy(s);
 }
 
+static struct ps_spec *parse_json(const char *json, struct ps_model **m)
+{
+    struct ps_spec *s = NULL;
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    int rc = ps_spec_parse(json, "skip.json", ".", &s, &d);
+    if (rc) fprintf(stderr, "%s: %s\n", d.where, d.msg);
+    assert_int_equal(rc, 0);
+    assert_int_equal(ps_model_build(s, m, &d), 0);
+    return s;
+}
+
+/* Settings that cannot train are skipped with the reason, the rest run (issue #12 point 3).
+ * Worked by hand with torch.chunk's rule (size ceil(N/c), the last micro-batch holds the rest):
+ *   flat BN, N = 6: c=2 -> 3,3; c=4 -> 2,2,2 (m=3); c=5 -> 2,2,2; c=6 -> 1 x 6: one value per
+ *   channel, refused; c=7 > N, refused.  N = 5, c=3 -> 2,2,1: refused (the last holds 1).
+ *   BN2d after a 2x2 map: c = N = 2 -> 1 sample x 4 pixels: 4 values per channel, allowed; on a
+ *   1x1 map (after a 2x2 max pool) it is refused. */
+static void test_skip_impossible(void **state)
+{
+    (void)state;
+    char why[192];
+    struct ps_model *m = NULL;
+    struct ps_spec *s = parse_json(
+        "{\"pipescope\": 1, \"batch\": 6, \"model\": {\"input\": [3], \"layers\": ["
+        "{\"op\": \"linear\", \"out\": 4}, {\"op\": \"batchnorm\"}, {\"op\": \"relu\"}], "
+        "\"loss\": \"sum\"}, \"pipeline\": {\"balance\": [2, 1], \"chunks\": 2}}",
+        &m);
+    assert_int_equal(ps_drift_check_chunks(s, m, 2, why, sizeof(why)), 0);
+    assert_int_equal(ps_drift_check_chunks(s, m, 4, why, sizeof(why)), 0);
+    assert_int_equal(ps_drift_check_chunks(s, m, 5, why, sizeof(why)), 0);
+    assert_int_equal(ps_drift_check_chunks(s, m, 6, why, sizeof(why)), -EINVAL);
+    assert_string_equal(why, "chunks 6: micro-batch 5 holds 1 sample, so batchnorm layer 1 sees "
+                             "one value per channel (PyTorch refuses to train it)");
+    assert_int_equal(ps_drift_check_chunks(s, m, 7, why, sizeof(why)), -EINVAL);
+    assert_string_equal(why, "chunks 7: a batch of 6 samples allows chunks 1..6");
+
+    /* a sweep with one impossible setting runs the others and lists the impossible one */
+    static const int ch[] = {2, 6, 3};
+    static const enum ps_bn_policy pol[] = {PS_BN_PLAIN, PS_BN_DEFERRED};
+    struct ps_drift_opts o = {.n_chunks = 3, .chunks = ch, .n_policies = 2, .policies = pol,
+                              .steps = 1};
+    struct ps_drift dr;
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    assert_int_equal(ps_drift_run(s, m, &o, &dr, &d), 0);
+    assert_int_equal(dr.n_runs, 4);
+    assert_int_equal(dr.runs[0].s.chunks, 2);
+    assert_int_equal(dr.runs[2].s.chunks, 3);
+    assert_int_equal(dr.n_skipped, 2);
+    assert_int_equal(dr.skipped[0].s.chunks, 6);
+    assert_int_equal(dr.skipped[0].s.policy, PS_BN_PLAIN);
+    assert_int_equal(dr.skipped[1].s.policy, PS_BN_DEFERRED);
+    assert_non_null(strstr(dr.skipped[1].reason, "one value per channel"));
+    ps_drift_finish(&dr);
+    /* nothing left to run: an error that says why */
+    static const int only6[] = {6};
+    o.chunks = only6;
+    o.n_chunks = 1;
+    assert_int_equal(ps_drift_run(s, m, &o, &dr, &d), -EINVAL);
+    assert_non_null(strstr(d.msg, "no drift setting can run: chunks 6:"));
+    ps_model_destroy(m);
+    ps_spec_destroy(s);
+
+    s = parse_json("{\"pipescope\": 1, \"batch\": 5, \"model\": {\"input\": [3], \"layers\": ["
+                   "{\"op\": \"batchnorm\"}], \"loss\": \"sum\"}, \"pipeline\": "
+                   "{\"balance\": [1], \"chunks\": 1}}",
+                   &m);
+    assert_int_equal(ps_drift_check_chunks(s, m, 2, why, sizeof(why)), 0);
+    assert_int_equal(ps_drift_check_chunks(s, m, 3, why, sizeof(why)), -EINVAL);
+    assert_non_null(strstr(why, "micro-batch 2 holds 1 sample, so batchnorm layer 0"));
+    ps_model_destroy(m);
+    ps_spec_destroy(s);
+
+    s = parse_json("{\"pipescope\": 1, \"batch\": 2, \"model\": {\"input\": [1, 2, 2], "
+                   "\"layers\": [{\"op\": \"batchnorm\"}, {\"op\": \"maxpool2d\", \"kernel\": 2}, "
+                   "{\"op\": \"batchnorm\"}], \"loss\": \"sum\"}, \"pipeline\": "
+                   "{\"balance\": [3], \"chunks\": 1}}",
+                   &m);
+    assert_int_equal(ps_drift_check_chunks(s, m, 1, why, sizeof(why)), 0);
+    assert_int_equal(ps_drift_check_chunks(s, m, 2, why, sizeof(why)), -EINVAL);
+    assert_non_null(strstr(why, "batchnorm layer 2 sees one value per channel"));
+    ps_model_destroy(m);
+    ps_spec_destroy(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -351,6 +437,7 @@ int main(void)
         cmocka_unit_test(test_seed2_fairscale),
         cmocka_unit_test(test_forward_only_drift),
         cmocka_unit_test(test_eval),
+        cmocka_unit_test(test_skip_impossible),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

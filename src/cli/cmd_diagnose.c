@@ -175,6 +175,7 @@ int ps_cmd_diagnose(struct ps_cli *cli)
     struct ps_drift dr;
     memset(&dr, 0, sizeof(dr));
     bool have_drift = false;
+    char drift_why[1024] = "it could not run";
     struct ps_html *h = ps_html_create(spec->name ? spec->name : spec->path);
     cJSON *root = ps_report_new();
     double *cost = malloc(((size_t)g->n_nodes + 1) * sizeof(double));
@@ -246,7 +247,13 @@ int ps_cmd_diagnose(struct ps_cli *cli)
     if (drift_on && has_bn) {
         int defc[16], nd = 0;
         if (!chunks) {
-            for (int c = 1; c <= spec->batch && nd < 15; c *= 2) defc[nd++] = c;
+            /* 1, 2, 4, ... up to the batch, stopping before BatchNorm would see one value per
+               channel (those settings cannot train; --chunks can still ask for them) */
+            char why[192];
+            for (int c = 1; c <= spec->batch && nd < 15; c *= 2) {
+                if (ps_drift_check_chunks(spec, ctx.model, c, why, sizeof(why))) break;
+                defc[nd++] = c;
+            }
             bool in = false;
             for (int k = 0; k < nd; k++) in |= defc[k] == spec->chunks;
             if (!in) defc[nd++] = spec->chunks;
@@ -261,8 +268,8 @@ int ps_cmd_diagnose(struct ps_cli *cli)
         ps_diag_clear(&dd);
         if (ps_drift_run(spec, ctx.model, &dopt, &dr, &dd) == 0) have_drift = true;
         else {
-            char w[1024];
-            ps_cli_warn(cli, "drift sweep skipped: %s", ps_diag_format(&dd, w, sizeof(w)));
+            ps_diag_format(&dd, drift_why, sizeof(drift_why));
+            ps_cli_warn(cli, "drift sweep skipped: %s", drift_why);
         }
         ps_cli_info(cli, "diagnose: drift done (%.2f s)", now_s() - t_start);
     }
@@ -445,6 +452,9 @@ int ps_cmd_diagnose(struct ps_cli *cli)
                     pl->layers[worst].layer, 100 * pl->layers[worst].var_err_max, spec->chunks,
                     pl->layers[worst].updates, fmt(b1, sizeof(b1), "%.1f%%", 100 * dv));
         }
+        if (dr.n_skipped)
+            finding(&fi, h, "drift: %d setting%s skipped (%s)", dr.n_skipped,
+                    dr.n_skipped == 1 ? "" : "s", dr.skipped[0].reason);
     }
 
     if (adapt_updates >= 0) {
@@ -681,8 +691,13 @@ int ps_cmd_diagnose(struct ps_cli *cli)
                           "running_mean error against chunks");
             ps_html_image(h, "drift-gap.svg", "variance gap against chunks",
                           "what averaging micro-batch variances loses");
+            for (int k = 0; k < dr.n_skipped; k++)
+                ps_html_para(h, "skipped: chunks %d, %s BN, checkpoint %s: %s",
+                             dr.skipped[k].s.chunks, ps_bn_policy_name(dr.skipped[k].s.policy),
+                             ps_checkpoint_name(dr.skipped[k].s.checkpoint),
+                             dr.skipped[k].reason);
         } else {
-            ps_html_para(h, "no drift sweep (%s)", drift_on ? "it could not run" : "--no-drift");
+            ps_html_para(h, "no drift sweep (%s)", drift_on ? drift_why : "--no-drift");
         }
     }
     ps_html_section(h, "files", "Files");

@@ -273,7 +273,15 @@ int ps_cmd_drift(struct ps_cli *cli)
         if (dr.train) print_train(&dr);
         else print_drift(&dr);
         if (forward_only) print_adaptation(&dr);
+        for (int k = 0; k < dr.n_skipped; k++)
+            printf("skipped: chunks %d, %s, checkpoint %s: %s\n", dr.skipped[k].s.chunks,
+                   ps_bn_policy_name(dr.skipped[k].s.policy),
+                   ps_checkpoint_name(dr.skipped[k].s.checkpoint), dr.skipped[k].reason);
     }
+    /* a warning too, so -q and --json - still say what was left out */
+    if (dr.n_skipped && (cli->verbosity < 0 || (cli->json && !strcmp(cli->json, "-"))))
+        fprintf(stderr, "pipescope: drift: %d setting%s skipped: %s\n", dr.n_skipped,
+                dr.n_skipped == 1 ? "" : "s", dr.skipped[0].reason);
     if (write_outputs(cli, &dr, spec, &d)) code = ps_cli_fail(&d, PS_EXIT_INPUT);
     ps_drift_finish(&dr);
     ps_ctx_finish(&ctx);
