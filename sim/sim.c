@@ -7,6 +7,7 @@
  * a second, sorted sweep over allocation and free events, device by device.
  */
 #include "sim/sim.h"
+#include "src/waits.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -154,6 +155,19 @@ void ps_sim_prog_finish(struct ps_sim_prog *p)
     memset(p, 0, sizeof(*p));
 }
 
+/* Does edge e into v bound v's start (besides issue)? STREAM edges are stream order; a DATA
+   edge carries a tensor whose producer's end bounds a host-only consumer (fork, join, loss pass
+   it on) and a backward consumer fed through such a node (the loss's own time). Device waits
+   between streams come from the wait plan (waits.h); PHONY and HOST edges order issue only. */
+static bool bounds_start(const struct ps_graph *g, const struct ps_edge *e)
+{
+    const struct ps_node *u = &g->nodes[e->src], *v = &g->nodes[e->dst];
+    if (e->kind == PS_EDGE_STREAM) return true;
+    if (e->kind != PS_EDGE_DATA) return false;
+    if (u->kind == PS_NODE_RECOMPUTE && u->phase == PS_PHASE_BWD) return false; /* no gradient */
+    return v->stream < 0 || (u->stream < 0 && v->phase == PS_PHASE_BWD);
+}
+
 int ps_sim_compile(const struct ps_graph *g, const struct ps_order *o, struct ps_sim_prog *p,
                    struct ps_diag *diag)
 {
@@ -161,7 +175,24 @@ int ps_sim_compile(const struct ps_graph *g, const struct ps_order *o, struct ps
     uint32_t n = o->n;
     int nd = g->n_devices > 0 ? g->n_devices : 1;
     int nthr = nd + 1; /* thread t at index t + 1; out-of-range threads share index 0 */
-    uint32_t ne = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t v = o->node[k];
+        for (uint32_t q = g->in_off[v]; q < g->in_off[v + 1]; q++) {
+            const struct ps_edge *e = &g->edges[g->in_edge[q]];
+            uint32_t pu = o->pos[e->src];
+            if (pu != UINT32_MAX && pu >= k) {
+                char a[64], b[64];
+                return ps_diag_set(diag, -EINVAL, "simulator",
+                                   "the order runs %s before its predecessor %s",
+                                   ps_node_name(g, v, a, sizeof(a)),
+                                   ps_node_name(g, e->src, b, sizeof(b)));
+            }
+        }
+    }
+    struct ps_waits wp;
+    int rc = ps_waits_plan(g, o, &wp, diag);
+    if (rc) return rc;
+    uint32_t ne = wp.n_waits;
     for (uint32_t k = 0; k < n; k++) ne += ps_graph_in_degree(g, o->node[k]);
     p->n = n;
     p->node = malloc(((size_t)n + 1) * sizeof(uint32_t));
@@ -170,16 +201,13 @@ int ps_sim_compile(const struct ps_graph *g, const struct ps_order *o, struct ps
     p->launch = malloc((size_t)n + 1);
     p->pred_off = malloc(((size_t)n + 2) * sizeof(uint32_t));
     p->pred = malloc(((size_t)ne + 1) * sizeof(uint32_t));
-    uint32_t *slast = malloc(((size_t)g->n_streams + 1) * sizeof(uint32_t));
     uint32_t *tlast = malloc((size_t)nthr * sizeof(uint32_t));
-    if (!p->node || !p->tprev || !p->sprev || !p->launch || !p->pred_off || !p->pred || !slast ||
-        !tlast) {
-        free(slast);
+    if (!p->node || !p->tprev || !p->sprev || !p->launch || !p->pred_off || !p->pred || !tlast) {
         free(tlast);
+        ps_waits_finish(&wp);
         ps_sim_prog_finish(p);
         return ps_diag_set(diag, -ENOMEM, "simulator", "out of memory");
     }
-    for (int32_t k = 0; k < g->n_streams; k++) slast[k] = UINT32_MAX;
     for (int k = 0; k < nthr; k++) tlast[k] = UINT32_MAX;
     uint32_t w = 0;
     for (uint32_t k = 0; k < n; k++) {
@@ -190,32 +218,20 @@ int ps_sim_compile(const struct ps_graph *g, const struct ps_order *o, struct ps
         p->tprev[k] = tlast[th];
         tlast[th] = k;
         p->launch[k] = nd_->stream >= 0;
-        p->sprev[k] = UINT32_MAX;
-        if (nd_->stream >= 0) {
-            p->sprev[k] = slast[nd_->stream];
-            slast[nd_->stream] = k;
-        }
+        p->sprev[k] = wp.sprev[k];
         p->pred_off[k] = w;
         for (uint32_t q = g->in_off[v]; q < g->in_off[v + 1]; q++) {
             const struct ps_edge *e = &g->edges[g->in_edge[q]];
             uint32_t pu = o->pos[e->src];
             if (pu == UINT32_MAX) continue;
-            if (pu >= k) {
-                char a[64], b[64];
-                free(slast);
-                free(tlast);
-                ps_sim_prog_finish(p);
-                return ps_diag_set(diag, -EINVAL, "simulator",
-                                   "the order runs %s before its predecessor %s",
-                                   ps_node_name(g, v, a, sizeof(a)),
-                                   ps_node_name(g, e->src, b, sizeof(b)));
-            }
-            p->pred[w++] = pu | (e->kind == PS_EDGE_HOST ? PS_SIM_HOST_EDGE : 0);
+            p->pred[w++] = pu | (bounds_start(g, e) ? 0 : PS_SIM_HOST_EDGE);
         }
+        for (uint32_t q = wp.off[k]; q < wp.off[k + 1]; q++)
+            p->pred[w++] = wp.at[q] | PS_SIM_DEVICE_WAIT;
     }
     p->pred_off[n] = w;
-    free(slast);
     free(tlast);
+    ps_waits_finish(&wp);
     return 0;
 }
 
@@ -232,10 +248,12 @@ double ps_sim_step(const struct ps_sim_prog *p, const double *cost, double launc
             wi = tp;
         }
         for (uint32_t q = p->pred_off[k]; q < p->pred_off[k + 1]; q++) {
-            uint32_t pu = p->pred[q] & ~PS_SIM_HOST_EDGE;
-            double iu = issue[pu] + (p->launch[pu] ? launch : 0);
-            if (iu > iss) iss = iu, wi = pu;
-            if (!(p->pred[q] & PS_SIM_HOST_EDGE) && end[pu] > st) st = end[pu], ws = pu;
+            uint32_t f = p->pred[q], pu = f & ~(PS_SIM_HOST_EDGE | PS_SIM_DEVICE_WAIT);
+            if (!(f & PS_SIM_DEVICE_WAIT)) {
+                double iu = issue[pu] + (p->launch[pu] ? launch : 0);
+                if (iu > iss) iss = iu, wi = pu;
+            }
+            if (!(f & PS_SIM_HOST_EDGE) && end[pu] > st) st = end[pu], ws = pu;
         }
         uint32_t sp = p->sprev[k];
         if (sp != UINT32_MAX && end[sp] > st) st = end[sp], ws = sp;

@@ -7,14 +7,20 @@
  *   issue(v) = max( issue(u) + h(u)  for every predecessor u (any edge kind),
  *                   issue(p) + h(p)  for p the previous entry of v's host thread )
  *   start(v) = max( issue(v) + h(v),
- *                   end(u)           for every DATA, PHONY or STREAM predecessor u,
- *                   end(q)           for q the previous entry of v's stream in the order )
+ *                   end(q)           for q the previous entry of v's stream in the order,
+ *                   end(u)           for every device wait of v (waits.h: wait nodes, copy
+ *                                    barriers, the engine's sync of real gradients),
+ *                   end(u)           for every STREAM predecessor u, and for every DATA
+ *                                    predecessor u when v is host-only or v is a backward node
+ *                                    fed through a host-only node (the loss's own time) )
  *   end(v)   = start(v) + cost(v)
  *
  * with h(x) = launch overhead when x has a stream (a kernel launch or event call on the host)
- * and 0 for host-only nodes (fork, join, loss). HOST edges order the host (the GPipe clock-cycle
- * fence orders kernel launches, not kernel execution, SEMANTICS.md section 1); every stream runs
- * its nodes in issue order; cross-stream edges act as events.
+ * and 0 for host-only nodes (fork, join, loss). PHONY and HOST edges order the host only: the
+ * GPipe clock-cycle fence orders kernel launches, not kernel execution (SEMANTICS.md section 1),
+ * and a phony carries no tensor, so no stream waits for it (section 2). So C(i,j-1->j) overlaps
+ * F(i-1,j), and R(i,j) overlaps B(i,j+1) (section 5). A forward DATA edge between streams with
+ * no wait node is a race, not an order (analysis.h reports it; the timeline shows it).
  *
  * Because every stream's order and every thread's order is fixed by `order`, no event ever
  * competes for a resource: the event queue of a classic discrete-event engine pops events in
@@ -87,9 +93,11 @@ struct ps_sim_prog {
     uint32_t *sprev;     /* previous position of the same stream, UINT32_MAX when none */
     uint8_t *launch;     /* 1 when the node has a stream (pays the launch overhead) */
     uint32_t *pred_off;  /* predecessors of position k: pred[pred_off[k] .. pred_off[k+1]) */
-    uint32_t *pred;      /* position | PS_SIM_HOST_EDGE for HOST edges (order issue, not end) */
+    uint32_t *pred;      /* position | PS_SIM_HOST_EDGE: orders issue only (PHONY, HOST, most
+                            DATA edges); | PS_SIM_DEVICE_WAIT: bounds the start only (waits.h) */
 };
 #define PS_SIM_HOST_EDGE 0x80000000u
+#define PS_SIM_DEVICE_WAIT 0x40000000u
 
 int ps_sim_compile(const struct ps_graph *g, const struct ps_order *order,
                    struct ps_sim_prog *p, struct ps_diag *diag);
