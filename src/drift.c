@@ -161,8 +161,8 @@ int ps_bn_forward_updates(const struct ps_variant *v)
 
 bool ps_bn_adaptation(const struct ps_variant *v, char *buf, size_t len)
 {
-    static const char fix[] = "fix: plain BN for the adaptation passes, or disable "
-                              "checkpointing for them (checkpoint never)";
+    static const char fix[] = "fix: plain BN for the adaptation passes, or run them with "
+                              "checkpointing disabled and grad enabled";
     int m = v->mb_count, chunks = v->chunks, stop = stop_of(v);
     switch (v->batchnorm) {
     case PS_BN_PLAIN:

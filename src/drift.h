@@ -163,8 +163,10 @@ void ps_drift_finish(struct ps_drift *dr); /* accepts a zeroed struct */
  *              once chunks micro-batches were tracked, across passes. */
 int ps_bn_forward_updates(const struct ps_variant *v);
 /* The same in words, with the fix when a forward-only pass does not adapt the statistics from
- * every micro-batch (plain BN for the adaptation passes, or no checkpointing for them). Returns
- * true when it does adapt from every micro-batch. */
+ * every micro-batch (plain BN for the adaptation passes, or no checkpointing for them, with grad
+ * enabled: under torch.no_grad() fairscale's patched BN never updates, checkpointed or not).
+ * Forward-only passes here run with grad enabled, as a training forward. Returns true when it
+ * does adapt from every micro-batch. */
 bool ps_bn_adaptation(const struct ps_variant *v, char *buf, size_t len);
 
 /* Averages over the BN layers of a run (NaN when it has none): "var_err", "mean_err",

@@ -37,7 +37,7 @@ has run_f "$tmp/run_f" "layer 1: 0 updates in 1 pass, 0 in the last:"
 has run_f "$tmp/run_f" "running_var   1 1 1 1"
 has run_f "$tmp/run_f" "num_batches_tracked 0"
 has run_f "$tmp/run_f" "BN adaptation: grad-only, checkpoint always: does NOT adapt: 0 updates per pass"
-has run_f "$tmp/run_f" "fix: plain BN for the adaptation passes, or disable checkpointing for them"
+has run_f "$tmp/run_f" "fix: plain BN for the adaptation passes, or run them with checkpointing disabled and grad enabled"
 
 "$bin" run "$seed2" >"$tmp/run_b" 2>&1 || fail "run: exit $?"
 has run_b "$tmp/run_b" "layer 1: 1 update in 1 step, 1 in the last: 0r"
