@@ -731,6 +731,59 @@ static void test_lines(void **state)
     check_svg_file(tmp("l4.svg"), false);
 }
 
+/* Units and legends a user can read: 12 series (more than the 10 colours) end up with dashed
+ * lines for the repeats, the legend's longest name fits inside the picture, bytes are shown in
+ * GiB (1.5e9 B = 1.397 GiB: ticks 0 .. 1.5 step 0.5, never "1.5e+09") and the unit is named in
+ * the y label. */
+static void test_lines_units_legend(void **state)
+{
+    (void)state;
+    double x[3] = {1, 2, 4};
+    double y[12][3];
+    struct ps_plot_series s[12];
+    char names[12][48];
+    for (int k = 0; k < 12; k++) {
+        for (int i = 0; i < 3; i++) y[k][i] = 1.5e9 * (i + 1) / 3 * (k + 1) / 12;
+        snprintf(names[k], sizeof(names[k]), "interleaved-1f1b except_last %d", k);
+        s[k] = (struct ps_plot_series){names[k], y[k]};
+    }
+    struct ps_line_plot p = {.title = "memory", .xlabel = "chunks", .ylabel = "peak memory",
+                             .y_unit = PS_UNIT_BYTES, .n = 3, .x = x, .log2_x = true,
+                             .y_zero = true, .n_series = 12, .series = s};
+    struct ps_diag d = {0};
+    assert_int_equal(ps_plot_lines_file(&p, tmp("l5.svg"), &d), 0);
+    char *a = fx_slurp(tmp("l5.svg"), NULL);
+    check_svg_file(tmp("l5.svg"), true);
+    assert_null(strstr(a, "e+09"));
+    assert_non_null(strstr(a, ">peak memory (GiB)</text>"));
+    assert_non_null(strstr(a, ">1.5</text>"));
+    assert_non_null(strstr(a, ">0.5</text>"));
+    /* series 10 and 11 reuse colours 0 and 1, dashed (polyline and legend line each) */
+    assert_int_equal(fx_count(a, "stroke-dasharray"), 4);
+    /* the legend text ends inside the picture: width >= x of the last name + its length */
+    double W = 0;
+    assert_int_equal(sscanf(strstr(a, "width=\"") + 7, "%lf", &W), 1);
+    const char *t = strstr(a, "interleaved-1f1b except_last 11</text>");
+    assert_non_null(t);
+    while (t > a && strncmp(t, "<text x=\"", 9) != 0) t--;
+    double tx = 0;
+    assert_int_equal(sscanf(t + 9, "%lf", &tx), 1);
+    assert_true(tx + 6.6 * strlen("interleaved-1f1b except_last 11") <= W);
+    free(a);
+    /* times: 2.5e6 us is shown in s */
+    double yt[3] = {2.5e5, 1.2e6, 2.5e6};
+    struct ps_plot_series st = {"gpipe", yt};
+    p.y_unit = PS_UNIT_US;
+    p.ylabel = "makespan";
+    p.series = &st;
+    p.n_series = 1;
+    assert_int_equal(ps_plot_lines_file(&p, tmp("l6.svg"), &d), 0);
+    a = fx_slurp(tmp("l6.svg"), NULL);
+    assert_non_null(strstr(a, ">makespan (s)</text>"));
+    assert_non_null(strstr(a, ">2.5</text>"));
+    free(a);
+}
+
 /* ---- atomic files ---------------------------------------------------------------------- */
 
 static void test_out_atomic(void **state)
@@ -802,6 +855,7 @@ int main(void)
         cmocka_unit_test(test_chrome_trace),
         cmocka_unit_test(test_gantt),
         cmocka_unit_test(test_lines),
+        cmocka_unit_test(test_lines_units_legend),
         cmocka_unit_test(test_out_atomic),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -520,14 +520,48 @@ static bool x_ok(const struct ps_line_plot *p, uint32_t i)
     return isfinite(p->x[i]) && (!p->log2_x || p->x[i] > 0);
 }
 
+/* dash pattern of series s: a new pattern each time the palette's colours repeat */
+static const char *const dashes[] = {"", " stroke-dasharray=\"7,3\"", " stroke-dasharray=\"2,2\"",
+                                     " stroke-dasharray=\"9,3,2,3\""};
+
+static const char *series_dash(uint32_t s)
+{
+    return dashes[(s / (uint32_t)N_PALETTE) % 4];
+}
+
+/* divisor and name of the unit for values up to `top` */
+static double plot_unit(enum ps_plot_unit u, double top, const char **name)
+{
+    static const char *const bytes[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    static const char *const times[] = {"us", "ms", "s"};
+    double div = 1;
+    int k = 0;
+    *name = NULL;
+    if (u == PS_UNIT_BYTES) {
+        while (top / div >= 1024 && k < 4) div *= 1024, k++;
+        *name = bytes[k];
+    } else if (u == PS_UNIT_US) {
+        while (top / div >= 1000 && k < 2) div *= 1000, k++;
+        *name = times[k];
+    }
+    return div;
+}
+
 int ps_plot_lines(const struct ps_line_plot *p, FILE *f, struct ps_diag *diag)
 {
-    double W = p->width > 0 ? p->width : 720, H = p->height > 0 ? p->height : 440;
-    double L = 70, R = 170, T = p->title ? 40 : 20, B = 60;
-    if (W < L + R + 100) W = L + R + 100;
-    if (H < T + B + 100) H = T + B + 100;
-    double PW = W - L - R, PH = H - T - B;
     char buf[128];
+    /* legend as wide as its longest name, and tall enough for every series */
+    size_t longest = 0;
+    for (uint32_t s = 0; s < p->n_series; s++) {
+        size_t n = p->series[s].name ? strlen(p->series[s].name) : 0;
+        if (n > longest) longest = n;
+    }
+    double W = p->width > 0 ? p->width : 720, H = p->height > 0 ? p->height : 440;
+    double L = 70, R = 14 + 30 + 6.6 * (double)longest + 10, T = p->title ? 40 : 20, B = 60;
+    if (R < 120) R = 120;
+    if (W < L + R + 360) W = L + R + 360;
+    if (H < T + B + 100) H = T + B + 100;
+    if (H < T + 12 + 18.0 * p->n_series + B) H = T + 12 + 18.0 * p->n_series + B;
 
     /* x domain */
     bool any = false;
@@ -582,13 +616,27 @@ int ps_plot_lines(const struct ps_line_plot *p, FILE *f, struct ps_diag *diag)
         ylo -= d;
         yhi += d;
     }
+    const char *uname;
+    double ydiv = plot_unit(p->y_unit, fmax(fabs(ylo), fabs(yhi)), &uname);
+    ylo /= ydiv;
+    yhi /= ydiv;
     double ystep = nice_step((yhi - ylo) / 6);
     ylo = floor(ylo / ystep + 1e-9) * ystep;
     yhi = ceil(yhi / ystep - 1e-9) * ystep;
     if (yhi <= ylo) yhi = ylo + ystep;
+    /* room for the widest tick label left of the axis, and the y label left of that */
+    size_t widest = 1;
+    for (int k = 0;; k++) {
+        double v = ylo + k * ystep;
+        if (v > yhi + ystep * 1e-9 || k > 1000) break;
+        tick_label(buf, sizeof(buf), v, ystep);
+        if (strlen(buf) > widest) widest = strlen(buf);
+    }
+    if (L < 36 + 6.6 * (double)widest) L = 36 + 6.6 * (double)widest;
+    double PW = W - L - R, PH = H - T - B;
 
 #define PX(v) (L + ((v) - xlo) / (xhi - xlo) * PW)
-#define PY(v) (T + PH - ((v) - ylo) / (yhi - ylo) * PH)
+#define PY(v) (T + PH - ((v) / ydiv - ylo) / (yhi - ylo) * PH)
 
     svg_begin(f, W, H);
     if (p->title) text(f, L + PW / 2, 24, "middle", 15, "#000000", "font-weight=\"bold\"", p->title);
@@ -596,9 +644,9 @@ int ps_plot_lines(const struct ps_line_plot *p, FILE *f, struct ps_diag *diag)
     for (int k = 0;; k++) {
         double v = ylo + k * ystep;
         if (v > yhi + ystep * 1e-9 || k > 1000) break;
-        line(f, L, PY(v), L + PW, PY(v), "#e6e6e6", 1);
+        line(f, L, PY(v * ydiv), L + PW, PY(v * ydiv), "#e6e6e6", 1);
         tick_label(buf, sizeof(buf), v, ystep);
-        text(f, L - 6, PY(v) + 4, "end", 11, "#000000", NULL, buf);
+        text(f, L - 6, PY(v * ydiv) + 4, "end", 11, "#000000", NULL, buf);
     }
     for (int k = 0;; k++) {
         double v = xlo + k * xstep;
@@ -624,9 +672,11 @@ int ps_plot_lines(const struct ps_line_plot *p, FILE *f, struct ps_diag *diag)
         text(f, L + PW / 2, T + PH + 40, "middle", 12, "#000000", NULL, buf);
     }
     if (p->ylabel) {
-        char tr[96];
+        char tr[96], lab[160];
         snprintf(tr, sizeof(tr), "transform=\"rotate(-90 %s %s)\"", n2(18), n2(T + PH / 2));
-        text(f, 18, T + PH / 2, "middle", 12, "#000000", tr, p->ylabel);
+        if (uname) snprintf(lab, sizeof(lab), "%s (%s)", p->ylabel, uname);
+        else snprintf(lab, sizeof(lab), "%s", p->ylabel);
+        text(f, 18, T + PH / 2, "middle", 12, "#000000", tr, lab);
     }
     fputs("</g>\n", f);
 
@@ -639,7 +689,9 @@ int ps_plot_lines(const struct ps_line_plot *p, FILE *f, struct ps_diag *diag)
             double v = p->series[s].y[i];
             bool ok = x_ok(p, i) && isfinite(v);
             if (!ok) {
-                if (open) fprintf(f, "\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.50\"/>\n", color);
+                if (open)
+                    fprintf(f, "\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.50\"%s/>\n", color,
+                            series_dash(s));
                 open = false;
                 continue;
             }
@@ -648,7 +700,9 @@ int ps_plot_lines(const struct ps_line_plot *p, FILE *f, struct ps_diag *diag)
             fprintf(f, "%s%s,%s", open ? " " : "", n2(PX(xv)), n2(PY(v)));
             open = true;
         }
-        if (open) fprintf(f, "\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.50\"/>\n", color);
+        if (open)
+            fprintf(f, "\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.50\"%s/>\n", color,
+                    series_dash(s));
         for (uint32_t i = 0; i < p->n; i++) {
             double v = p->series[s].y[i];
             if (!x_ok(p, i) || !isfinite(v)) continue;
@@ -661,7 +715,10 @@ int ps_plot_lines(const struct ps_line_plot *p, FILE *f, struct ps_diag *diag)
     for (uint32_t s = 0; s < p->n_series; s++) {
         const char *color = palette[s % N_PALETTE];
         double lx = L + PW + 14, ly = T + 12 + (double)s * 18;
-        line(f, lx, ly, lx + 24, ly, color, 1.5);
+        fprintf(f,
+                "<line x1=\"%s\" y1=\"%s\" x2=\"%s\" y2=\"%s\" stroke=\"%s\" "
+                "stroke-width=\"1.50\"%s/>\n",
+                n2(lx), n2(ly), n2(lx + 24), n2(ly), color, series_dash(s));
         marker(f, (int)s, lx + 12, ly, color);
         text(f, lx + 30, ly + 4, "start", 11, "#000000", NULL,
              p->series[s].name ? p->series[s].name : "");

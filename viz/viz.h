@@ -221,8 +221,14 @@ struct ps_plot_series {
     const double *y; /* n values (struct ps_line_plot), NaN = no point */
 };
 
+enum ps_plot_unit { PS_UNIT_NONE, PS_UNIT_BYTES, PS_UNIT_US };
+
+/* Line plot: series told apart by colour, then dash pattern (10 colours x 4 dashes) and marker;
+ * the legend beside the plot is as wide as its longest name; with y_unit the y values are shown
+ * in KiB/MiB/GiB or us/ms/s (the unit chosen from the largest value, named in the y label). */
 struct ps_line_plot {
     const char *title, *xlabel, *ylabel; /* NULL = none */
+    enum ps_plot_unit y_unit;
     uint32_t n;                 /* points per series */
     const double *x;            /* n x values */
     bool log2_x;                /* log2 x axis (x <= 0 skipped) */

@@ -174,8 +174,10 @@ int ps_cmd_sweep(struct ps_cli *cli)
         if (ps_out_mkdir(cli->outdir, &d) || ps_report_write(root, path, &d))
             code = ps_cli_fail(&d, PS_EXIT_INPUT);
         static const char *const what[] = {"makespan", "throughput", "bubble", "memory"};
-        static const char *const ylab[] = {"makespan (us)", "samples/s", "bubble fraction",
-                                           "peak activation bytes"};
+        static const char *const ylab[] = {"makespan", "samples/s", "bubble fraction",
+                                           "peak activation memory"};
+        static const enum ps_plot_unit yunit[] = {PS_UNIT_US, PS_UNIT_NONE, PS_UNIT_NONE,
+                                                  PS_UNIT_BYTES};
         int nser = ns * nk;
         double *x = malloc((size_t)nc * sizeof(double));
         double *y = malloc((size_t)nser * (size_t)nc * sizeof(double));
@@ -196,6 +198,7 @@ int ps_cmd_sweep(struct ps_cli *cli)
                 }
             }
             struct ps_line_plot lp = {.title = what[w], .xlabel = "chunks", .ylabel = ylab[w],
+                                      .y_unit = yunit[w],
                                       .n = (uint32_t)nc, .x = x, .log2_x = true, .y_zero = true,
                                       .n_series = (uint32_t)nser, .series = ser};
             snprintf(path, sizeof(path), "%s/%s.svg", cli->outdir, what[w]);
