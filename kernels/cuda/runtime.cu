@@ -6,6 +6,7 @@
  * that nothing ever synchronises implicitly with the legacy default stream; ordering events are
  * created with cudaEventDisableTiming (cheaper to record and wait on).
  */
+#include <unistd.h>
 #include "kernels/cuda/common.cuh"
 
 #include <stdio.h>
@@ -51,6 +52,12 @@ int ps_cuda_probe(int *n_devices, struct ps_diag *d)
     if (n_devices) *n_devices = 0;
     if (e != cudaSuccess) {
         cudaGetLastError(); /* clear the sticky status of the failed call */
+        /* without any NVIDIA driver the runtime says "CUDA driver version is insufficient",
+           which reads as if a driver were there but old: say what is missing instead */
+        if (access("/proc/driver/nvidia/version", F_OK) != 0)
+            return ps_diag_set(d, -ENODEV, "cuda",
+                               "no CUDA device: this machine has no NVIDIA GPU driver "
+                               "(/proc/driver/nvidia/version does not exist)");
         return ps_diag_set(d, -ENODEV, "cuda", "no CUDA device: %s", cudaGetErrorString(e));
     }
     if (n <= 0) return ps_diag_set(d, -ENODEV, "cuda", "no CUDA device: none found");

@@ -135,13 +135,20 @@ static void print_train(const struct ps_drift *dr)
            "final_loss", "accuracy", "var_err", "ms/step");
     for (int k = -1; k < dr->n_runs; k++) {
         const struct ps_drift_run *r = k < 0 ? &dr->reference : &dr->runs[k];
-        printf("%-6d %-3d %-9s %-11s %12.5f %12.4f %10.3g %10.3f\n", r->s.chunks, r->m,
+        char acc[32];
+        /* no held-out labelled rows (synthetic data, --eval-rows not given): no accuracy */
+        if (isfinite(r->accuracy)) snprintf(acc, sizeof(acc), "%.4f", r->accuracy);
+        else snprintf(acc, sizeof(acc), "-");
+        printf("%-6d %-3d %-9s %-11s %12.5f %12s %10.3g %10.3f\n", r->s.chunks, r->m,
                ps_bn_policy_name(r->s.policy),
-               k < 0 ? "(reference)" : ps_checkpoint_name(r->s.checkpoint), r->final_loss,
-               r->accuracy, ps_drift_metric(r, "var_err"), r->us_per_step / 1000.0);
+               k < 0 ? "(reference)" : ps_checkpoint_name(r->s.checkpoint), r->final_loss, acc,
+               ps_drift_metric(r, "var_err"), r->us_per_step / 1000.0);
     }
     printf("final_loss: mean training loss of the last min(10, steps) steps; var_err: running_var "
-           "relative error vs the reference, mean over channels and BN layers\n");
+           "relative error vs the reference, mean over channels and BN layers%s\n",
+           dr->eval_rows ? ""
+                         : "; accuracy '-': no held-out labelled rows (csv or npy labels with "
+                           "--eval-rows R)");
 }
 
 static int write_outputs(const struct ps_cli *cli, const struct ps_drift *dr,
