@@ -163,21 +163,107 @@ static void test_determinism_and_records(void **state)
     fx_free(&f);
 }
 
-static void test_launch_overhead_host_bound(void **state)
+/* A spec built here (not the fixture): one partition [linear 4->8, relu, linear 8->2], batch 4
+ * in 2 micro-batches of 2, checkpoint `ckpt`, phony edges off (no depend() between micro-batches,
+ * so the timelines below do not depend on how phony edges are timed). */
+static void load_one_stage(struct fx *f, const char *sched, const char *ckpt)
+{
+    char json[1024];
+    snprintf(json, sizeof(json),
+             "{\"pipescope\":1,\"batch\":4,\"model\":{\"input\":[4],\"layers\":["
+             "{\"op\":\"linear\",\"out\":8},{\"op\":\"relu\"},{\"op\":\"linear\",\"out\":2}],"
+             "\"loss\":\"sum\"},\"pipeline\":{\"schedule\":\"%s\",\"balance\":[3],"
+             "\"devices\":[\"cpu\"],\"chunks\":2,\"checkpoint\":\"%s\",\"phony\":false}}",
+             sched, ckpt);
+    struct ps_diag d;
+    memset(f, 0, sizeof(*f));
+    ps_diag_clear(&d);
+    int rc = ps_spec_parse(json, "t.json", ".", &f->spec, &d);
+    if (!rc) rc = ps_model_build(f->spec, &f->model, &d);
+    struct ps_variant o;
+    if (!rc) ps_variant_from_spec(f->spec, &o);
+    if (!rc) rc = ps_graph_build(f->spec, f->model, &o, &f->g, &d);
+    if (!rc) rc = f->g->root != PS_NONE ? ps_engine_order(f->g, &f->o, &d)
+                                        : ps_schedule_order(f->g, &f->o, &d);
+    if (rc) fprintf(stderr, "%s: %s\n", d.where, d.msg);
+    assert_int_equal(rc, 0);
+}
+
+/* The launch rule (sim.h) worked by hand. One stage, m = 2, checkpoint never: the engine order
+ * is F(0,0) F(1,0) loss loss' B(1,0) B(0,0), all on device 0's thread; F and B have a stream
+ * (they pay the launch overhead h on the host), loss and loss' are host-only (h = 0).
+ * Costs F = 0.5, B = 5, launch h = 1:
+ *   F(0,0): issue 0;                     start = issue + h = 1;              end 1.5
+ *   F(1,0): issue = issue(F00) + h = 1;  start = max(1 + h, end F00 1.5) = 2  (host-bound); end 2.5
+ *   loss:   issue = max(issue(F10) + h) = 2; host-only, start = max(2, end F10 2.5) = 2.5
+ *   loss':  issue 2, start 2.5
+ *   B(1,0): issue = issue(loss') + 0 = 2; start = max(2 + h, end loss' 2.5, end F10) = 3; end 8
+ *   B(0,0): issue = issue(B10) + h = 3;  start = max(3 + h, end B10 8) = 8 (device-bound); end 13
+ * makespan 13. Without the node's own launch in its start, every start moves 1 earlier (12). */
+static void test_launch_timeline(void **state)
 {
     (void)state;
     struct fx f;
+    load_one_stage(&f, "gpipe", "never");
+    fx_costs(&f, 0.5, 5, 0, 0);
     struct ps_diag d;
-    assert_int_equal(fx_load(&f, "gpipe", 2, 2, 1, "never", "plain", &d), 0);
-    fx_costs(&f, 0, 0, 0, 0);
+    ps_diag_clear(&d);
     struct ps_sim_opts so = {.launch_us = 1};
     struct ps_sim s;
     assert_int_equal(ps_sim_run(f.g, &f.o, f.cost, &so, &s, &d), 0);
-    /* free kernels: the host is the bottleneck, the makespan is at least one launch per
-       streamed node of the longest host chain */
-    assert_true(s.makespan_us >= 4);
+    const uint32_t F0 = f.g->fwd[0], F1 = f.g->fwd[1], B0 = f.g->bwd[0], B1 = f.g->bwd[1];
+    assert_near(s.start_us[F0], 1, EPS);
+    assert_near(s.end_us[F0], 1.5, EPS);
+    assert_near(s.start_us[F1], 2, EPS);
+    assert_near(s.start_us[f.g->loss], 2.5, EPS);
+    assert_near(s.start_us[B1], 3, EPS);
+    assert_near(s.end_us[B1], 8, EPS);
+    assert_near(s.start_us[B0], 8, EPS);
+    assert_near(s.makespan_us, 13, EPS);
+    ps_sim_finish(&s);
+    /* free kernels: the host alone sets the pace, one h per streamed node of the thread's chain
+       F00 F10 B10 B00, each starting h after its issue: 1, 2, 3, 4 */
+    fx_costs(&f, 0, 0, 0, 0);
+    assert_int_equal(ps_sim_run(f.g, &f.o, f.cost, &so, &s, &d), 0);
+    assert_near(s.start_us[F0], 1, EPS);
+    assert_near(s.start_us[F1], 2, EPS);
+    assert_near(s.start_us[B1], 3, EPS);
+    assert_near(s.start_us[B0], 4, EPS);
+    assert_near(s.makespan_us, 4, EPS);
     ps_sim_finish(&s);
     fx_free(&f);
+}
+
+/* Recompute statistics in closed form (sim.h: overhead = R / (F + B), share = R / (R + B)) under
+ * uniform costs F = f, B = b, R = r, free copies: every (i,j) runs one F and one B, and with
+ * except_last every micro-batch but the last is recomputed on each of the n partitions, with
+ * always all m are. So overhead = k r / (m (f + b)) and share = k r / (k r + m b), k the
+ * recomputed micro-batches: always 3 r / (3 (f+b)) = 1 / 4 = 25%; except_last (m = 4, k = 3):
+ * 3 / 16 = 18.75%, share 3 / 13. */
+static void test_recompute_closed_form(void **state)
+{
+    (void)state;
+    const char *scheds[] = {"gpipe", "1f1b"};
+    for (int q = 0; q < 2; q++)
+        for (int al = 0; al < 2; al++) {
+            int m = al ? 3 : 4, n = 3, k = al ? m : m - 1;
+            double fw = 1.5, bw = 2.5, rw = 1;
+            struct fx f;
+            struct ps_diag d;
+            assert_int_equal(
+                fx_load(&f, scheds[q], m, n, 1, al ? "always" : "except_last", "plain", &d), 0);
+            fx_costs(&f, fw, bw, 0, rw);
+            struct ps_sim s;
+            simulate(&f, &s);
+            assert_near(s.recompute_us, k * n * rw, EPS);
+            assert_near(s.forward_us, m * n * fw, EPS);
+            assert_near(s.backward_us, m * n * bw, EPS);
+            assert_near(s.recompute_overhead, k * rw / (m * (fw + bw)), EPS);
+            assert_near(s.recompute_share, k * rw / (k * rw + m * bw), EPS);
+            assert_near(s.recompute_overhead, al ? 0.25 : 0.1875, EPS);
+            ps_sim_finish(&s);
+            fx_free(&f);
+        }
 }
 
 static void test_stream_order_edges(void **state)
@@ -455,7 +541,8 @@ int main(void)
         cmocka_unit_test(test_zbh2_closed_form),
         cmocka_unit_test(test_v_and_bfs_memory),
         cmocka_unit_test(test_determinism_and_records),
-        cmocka_unit_test(test_launch_overhead_host_bound),
+        cmocka_unit_test(test_launch_timeline),
+        cmocka_unit_test(test_recompute_closed_form),
         cmocka_unit_test(test_stream_order_edges),
         cmocka_unit_test(test_bn_order),
         cmocka_unit_test(test_costs_file),
