@@ -13,10 +13,12 @@
 
 #include <cmocka.h>
 
+#include "sim/sim.h"
 #include "src/analysis.h"
 #include "src/engine.h"
 #include "src/graph.h"
 #include "src/model.h"
+#include "src/schedule.h"
 #include "src/spec.h"
 
 struct fix {
@@ -261,8 +263,10 @@ static void test_cycle_reported(void **state)
     unload(&f);
 }
 
-/* Peak memory of one partition, checkpoint never, m micro-batches: all m activations are alive
- * when backward starts, so the peak is m x saved bytes of a micro-batch. */
+/* Peak memory of one partition, checkpoint never, m = 4 micro-batches of 2 samples: all m
+ * activations are alive when backward starts. Saved bytes per sample, by hand from what
+ * PyTorch's autograd keeps: linear 4->4 keeps its input (4 floats, 16 B), relu its output
+ * (4 floats, 16 B): 32 B per sample, 64 B per micro-batch, 4 x 64 = 256 B at the peak. */
 static void test_memory_never(void **state)
 {
     (void)state;
@@ -273,10 +277,91 @@ static void test_memory_never(void **state)
     struct ps_analysis a;
     struct ps_diag d;
     assert_int_equal(ps_analysis_run(f.g, &f.o, NULL, &a, &d), 0);
-    int64_t per_mb = f.model->parts[0].saved_bytes * 2;
-    assert_int_equal(a.mem[0].peak_bytes, 4 * per_mb);
+    assert_int_equal(a.mem[0].peak_bytes, 256);
     ps_analysis_finish(&a);
     unload(&f);
+}
+
+/* Checkpointed activation bytes and peak memory, worked by hand. One partition
+ * [linear 4->8, relu, linear 8->2], batch 4 in 2 micro-batches of 2 samples, one device.
+ * Saved bytes per sample (what PyTorch's autograd keeps): linear 4->8 its input, 4 floats = 16 B;
+ * relu its output, 8 floats = 32 B; linear 8->2 its input, 8 floats = 32 B: 80 B per sample.
+ *   F(i,0) not checkpointed keeps 2 x 80 = 160 B until B(i,0) ends;
+ *   F(i,0) checkpointed keeps only the checkpoint's input, 2 x 4 floats = 32 B (not its output,
+ *          not the layers' saved tensors), until B(i,0) ends;
+ *   R(i,0) rebuilds the saved tensors: 160 B, freed when B(i,0) ends.
+ * GPipe (F0 F1 | B1 R0 B0 with except_last; F0 F1 | R1 B1 R0 B0 with always):
+ *   except_last: F0 32, F1 +160 = 192; B1 frees 160 -> 32; R0 +160 = 192; B0 frees all. Peak 192.
+ *   always:      F0 32, F1 +32 = 64; R1 +160 = 224; B1 frees 192 -> 32; R0 +160 = 192. Peak 224.
+ * 1F1B on one stage (F0 [R0] B0 F1 [R1] B1): at most one micro-batch alive:
+ *   except_last: F0 32 + R0 160 = 192, then F1 160.   always: 32 + 160 = 192 for each. Peak 192.
+ * The same peak holds in the engine-order analysis (`check`) and in the simulated timeline. */
+static void test_checkpoint_bytes_and_peak(void **state)
+{
+    (void)state;
+    const struct {
+        const char *sched, *ckpt;
+        int64_t f0, f1, peak;
+    } cases[] = {
+        {"gpipe", "except_last", 32, 160, 192},
+        {"gpipe", "always", 32, 32, 224},
+        {"gpipe", "never", 160, 160, 320},
+        {"1f1b", "except_last", 32, 160, 192},
+        {"1f1b", "always", 32, 32, 192},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        char json[1024];
+        snprintf(json, sizeof(json),
+                 "{\"pipescope\":1,\"batch\":4,\"model\":{\"input\":[4],\"layers\":["
+                 "{\"op\":\"linear\",\"out\":8},{\"op\":\"relu\"},{\"op\":\"linear\",\"out\":2}],"
+                 "\"loss\":\"sum\"},\"pipeline\":{\"schedule\":\"%s\",\"balance\":[3],"
+                 "\"devices\":[\"cpu\"],\"chunks\":2,\"checkpoint\":\"%s\",\"phony\":false}}",
+                 cases[c].sched, cases[c].ckpt);
+        struct fix f;
+        struct ps_diag d;
+        ps_diag_clear(&d);
+        memset(&f, 0, sizeof(f));
+        assert_int_equal(ps_spec_parse(json, "t.json", ".", &f.spec, &d), 0);
+        assert_int_equal(ps_model_build(f.spec, &f.model, &d), 0);
+        struct ps_variant o;
+        ps_variant_from_spec(f.spec, &o);
+        assert_int_equal(ps_graph_build(f.spec, f.model, &o, &f.g, &d), 0);
+        if (f.g->root != PS_NONE) assert_int_equal(ps_engine_order(f.g, &f.o, &d), 0);
+        else assert_int_equal(ps_schedule_order(f.g, &f.o, &d), 0);
+        const struct ps_graph *g = f.g;
+        if (g->nodes[g->fwd[0]].act_bytes != cases[c].f0 ||
+            g->nodes[g->fwd[1]].act_bytes != cases[c].f1)
+            fail_msg("%s/%s: F bytes %lld %lld, expected %lld %lld", cases[c].sched,
+                     cases[c].ckpt, (long long)g->nodes[g->fwd[0]].act_bytes,
+                     (long long)g->nodes[g->fwd[1]].act_bytes, (long long)cases[c].f0,
+                     (long long)cases[c].f1);
+        for (int i = 0; i < 2; i++)
+            if (g->rec[i] != PS_NONE) assert_int_equal(g->nodes[g->rec[i]].act_bytes, 160);
+        struct ps_analysis a;
+        assert_int_equal(ps_analysis_run(f.g, &f.o, NULL, &a, &d), 0);
+        if (a.mem[0].peak_bytes != cases[c].peak)
+            fail_msg("%s/%s: check's peak %lld, expected %lld", cases[c].sched, cases[c].ckpt,
+                     (long long)a.mem[0].peak_bytes, (long long)cases[c].peak);
+        ps_analysis_finish(&a);
+        /* the simulator, with any costs (F 1, B 2, R 1, launch 1) */
+        double *cost = calloc(g->n_nodes, sizeof(double));
+        for (uint32_t v = 0; v < g->n_nodes; v++) {
+            const struct ps_node *n = &g->nodes[v];
+            if (n->kind == PS_NODE_COMPUTE) cost[v] = n->phase == PS_PHASE_FWD ? 1 : 2;
+            else if (n->kind == PS_NODE_RECOMPUTE && n->phase == PS_PHASE_BWD) cost[v] = 1;
+        }
+        struct ps_sim_opts so = {.launch_us = 1};
+        struct ps_sim s;
+        assert_int_equal(ps_sim_run(g, &f.o, cost, &so, &s, &d), 0);
+        if (s.dev[0].peak_bytes != cases[c].peak)
+            fail_msg("%s/%s: simulated peak %lld, expected %lld", cases[c].sched, cases[c].ckpt,
+                     (long long)s.dev[0].peak_bytes, (long long)cases[c].peak);
+        /* everything is freed by the end of the iteration */
+        assert_int_equal(s.dev[0].mem[s.dev[0].n_mem - 1].bytes, 0);
+        ps_sim_finish(&s);
+        free(cost);
+        unload(&f);
+    }
 }
 
 int main(void)
@@ -289,6 +374,7 @@ int main(void)
         cmocka_unit_test(test_race_detected),
         cmocka_unit_test(test_cycle_reported),
         cmocka_unit_test(test_memory_never),
+        cmocka_unit_test(test_checkpoint_bytes_and_peak),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
