@@ -29,6 +29,8 @@
 #include "src/diag.h"
 #include "src/engine.h"
 #include "kernels/exec.h"
+#include "sim/bnorder.h"
+#include "sim/sim.h"
 #include "src/graph.h"
 #include "src/model.h"
 #include "src/npy.h"
@@ -373,6 +375,68 @@ static void test_deferred_short(void **state)
     finish(&r);
 }
 
+/* The simulator's BN update sequence for one iteration (sim/bnorder.c, what `simulate` prints)
+ * against what the executor actually did in its first step, for every policy and checkpoint
+ * mode, with full batches (16 and 12 in chunks 4: m = 4) and short ones where torchgpipe makes fewer
+ * micro-batches than chunks (6 -> 2,2,2 and 9 -> 3,3,3: m = 3; a deferred BN then commits
+ * nothing in the first step, as test_deferred_short shows over four steps). The executor's log
+ * is the truth here: it runs the BN kernels and counts what they committed. */
+static void test_bn_order_sim_vs_exec(void **state)
+{
+    (void)state;
+    const char *ckpts[] = {"never", "except_last", "always"};
+    const char *pols[] = {"plain", "deferred", "grad-only"};
+    const int batches[] = {16, 6, 9, 12};
+    int compared = 0;
+    for (size_t bi = 0; bi < sizeof(batches) / sizeof(batches[0]); bi++)
+        for (int ci = 0; ci < 3; ci++)
+            for (int pi = 0; pi < 3; pi++) {
+                char js[2048];
+                struct run r;
+                load_str(&r, bn_spec(js, sizeof(js), ckpts[ci], pols[pi], batches[bi]));
+                execute(&r, 1);
+                /* simulate the same graph and order (unit costs, launch 1) */
+                double *cost = calloc(r.graph->n_nodes + 1, sizeof(double));
+                for (uint32_t v = 0; v < r.graph->n_nodes; v++)
+                    cost[v] = ps_node_is_task(&r.graph->nodes[v]) ? 1 : 0;
+                struct ps_sim_opts so = {.launch_us = 1};
+                struct ps_sim sim;
+                struct ps_diag d;
+                ps_diag_clear(&d);
+                if (ps_sim_run(r.graph, &r.order, cost, &so, &sim, &d)) fail_diag(&d);
+                struct ps_bn_order b;
+                assert_int_equal(
+                    ps_bn_order_build(r.graph, &r.order, sim.start_us, r.spec->batchnorm, &b), 0);
+                assert_int_equal(b.n_layers, 2);
+                for (int k = 0; k < b.n_layers; k++) {
+                    char want[256] = "", got[256] = "";
+                    size_t o = 0;
+                    for (uint32_t q = 0; q < r.res.n_bn; q++) {
+                        const struct ps_exec_bn_update *u = &r.res.bn[q];
+                        if (u->layer != b.layers[k].layer || u->step != 0) continue;
+                        o += (size_t)snprintf(want + o, sizeof(want) - o, "%s%d%c", o ? " " : "",
+                                              u->mb, "frc"[u->phase]);
+                    }
+                    o = 0;
+                    for (uint32_t q = 0; q < b.layers[k].n; q++) {
+                        const struct ps_bn_update *u = &b.layers[k].u[q];
+                        char ph = u->pooled ? 'c' : u->phase == PS_BN_RECOMPUTE ? 'r' : 'f';
+                        o += (size_t)snprintf(got + o, sizeof(got) - o, "%s%d%c", o ? " " : "",
+                                              u->mb, ph);
+                    }
+                    if (strcmp(got, want) != 0)
+                        fail_msg("batch %d, %s/%s, layer %d: simulated '%s', executor '%s'",
+                                 batches[bi], ckpts[ci], pols[pi], b.layers[k].layer, got, want);
+                    compared++;
+                }
+                ps_bn_order_finish(&b);
+                ps_sim_finish(&sim);
+                free(cost);
+                finish(&r);
+            }
+    assert_int_equal(compared, 4 * 3 * 3 * 2);
+}
+
 /* ---- state save / load -------------------------------------------------------------------------- */
 
 static void rm_rf(const char *dir)
@@ -552,6 +616,7 @@ int main(void)
         cmocka_unit_test(test_bn_log_values),
         cmocka_unit_test(test_checkpoint_invariance),
         cmocka_unit_test(test_deferred_short),
+        cmocka_unit_test(test_bn_order_sim_vs_exec),
         cmocka_unit_test(test_state_roundtrip),
         cmocka_unit_test(test_state_init),
         cmocka_unit_test(test_data_csv),
