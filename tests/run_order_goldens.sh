@@ -38,5 +38,11 @@ for want in "$dir"/*.iter1.order; do
         bad=$((bad + 1))
     fi
 done
-echo "engine order goldens: $total cases, $bad mismatches"
-[ "$total" -gt 0 ] && [ "$bad" -eq 0 ]
+# every case PyTorch recorded (index.json, written by gen_order.py) was checked: a golden file
+# that went missing, or a new case without its files, is a failure
+want=$(python3 -c 'import json, sys
+c = json.load(open(sys.argv[1]))["cases"]
+print(len(c) + sum(1 for x in c if x.get("iter1_differs")))' "$dir/index.json") ||
+    { echo "FAIL: cannot read $dir/index.json"; exit 1; }
+echo "engine order goldens: $total cases (index.json lists $want), $bad mismatches"
+[ "$total" -eq "$want" ] && [ "$bad" -eq 0 ]
