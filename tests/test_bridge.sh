@@ -1,12 +1,19 @@
 #!/bin/sh
 # PyTorch bridge: export_pytorch.py -> pipescope run --save-state -> load_state.py --compare,
 # for the demo models and every BN policy; each must match PyTorch's own run (torchgpipe-style
-# micro-batching) within 1e-4. Exit 77 (skip) when /usr/bin/python3 cannot import torch.
+# micro-batching) within 1e-4. Exit 77 (skip) when /usr/bin/python3 cannot import torch and the
+# Debian package python3-torch is not installed; installed but not importable fails.
 set -eu
 PY=/usr/bin/python3
 ROOT=${PS_SOURCE_ROOT:-$(dirname "$0")/..}
 PIPESCOPE=${PIPESCOPE:-pipescope}
-if ! [ -x "$PY" ] || ! "$PY" -c 'import torch, numpy' 2>/dev/null; then
+if ! [ -x "$PY" ] || ! err=$("$PY" -c 'import torch, numpy' 2>&1); then
+    # skipping is for a machine without the package; installed but broken is a failure
+    if dpkg-query -W -f='${Status}' python3-torch 2>/dev/null | grep -q "install ok installed"; then
+        echo "FAIL: python3-torch is installed but $PY cannot import torch and numpy:"
+        echo "$err" | tail -3
+        exit 1
+    fi
     echo "skip: $PY cannot import torch and numpy (Debian: apt-get install python3-torch)"
     exit 77
 fi

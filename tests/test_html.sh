@@ -2,12 +2,17 @@
 # The diagnose report in a real browser: runs `pipescope diagnose` on a small example, loads
 # index.html in headless Chromium, and checks that the page is not blank: the DOM has the
 # section headings and its images, and the screenshot has many distinct colours (a blank or
-# broken page has one or two). Exit 77 (skip) when chromium is not installed.
+# broken page has one or two). Exit 77 (skip) when chromium is not installed; a package that is
+# installed but does not run fails.
 set -u
 bin=${PIPESCOPE:?PIPESCOPE not set}
 root=${PS_SOURCE_ROOT:?PS_SOURCE_ROOT not set}
 chromium=${CHROMIUM:-$(command -v chromium || command -v chromium-browser || true)}
 if [ -z "$chromium" ]; then
+    if dpkg-query -W -f='${Status}' chromium 2>/dev/null | grep -q "install ok installed"; then
+        echo "FAIL: the Debian package chromium is installed but no chromium command is on PATH"
+        exit 1
+    fi
     echo "SKIP: chromium is not installed (Debian package 'chromium')"
     exit 77
 fi
