@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/schedule.h"
+
 double ps_exec_now_us(const struct timespec *t0)
 {
     struct timespec t;
@@ -116,7 +118,7 @@ int ps_exec_setup(struct ps_exec_setup *su, const struct ps_graph *g,
     if (!spec || !model)
         return ps_diag_set(d, -EINVAL, "exec", "the graph has no spec or model to run");
     if (!order) {
-        int rc = ps_engine_order(g, &su->own, d);
+        int rc = ps_schedule_order(g, &su->own, d);
         if (rc) return rc;
         order = &su->own;
     }

@@ -7,6 +7,7 @@
  * (a node ranked after v cannot lead to v). Both use a visit stamp, so no clearing per query.
  */
 #include "src/analysis.h"
+#include "src/schedule.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -396,9 +397,11 @@ int ps_analysis_run(const struct ps_graph *g, const struct ps_order *order, cons
         return ps_diag_set(diag, -ENOMEM, "analysis", "out of memory");
     }
     int m = g->m, n = g->n;
-    /* GPipe's backward runs each partition's micro-batches in reverse (the phony edges make it
-       so); the explicit schedules (1F1B, interleaved, ZB-H1) run them in micro-batch order */
-    bool reverse = g->var.schedule == PS_SCHED_GPIPE;
+    /* a backward the autograd engine orders (GPipe's) runs each partition's micro-batches in
+       reverse (the phony edges make it so); the plan schedules (1F1B, interleaved, ZB-H1) run them
+       in micro-batch order */
+    const struct ps_schedule_ops *ops = ps_schedule_ops(g->var.schedule);
+    bool reverse = ops && ops->engine_order;
     if (g->fwd && g->bwd) {
         for (int j = 0; j < n; j++) {
             for (int i = 0; i < m; i++) {

@@ -28,6 +28,7 @@
 #include "sim/bnorder.h"
 #include "src/data.h"
 #include "src/engine.h"
+#include "src/schedule.h"
 #include "kernels/exec.h"
 #include "src/graph.h"
 #include "viz/viz.h"
@@ -64,8 +65,8 @@ static int run_one(const struct ps_spec *spec, const struct ps_model *model,
     struct ps_graph *g = NULL;
     struct ps_order ord;
     memset(&ord, 0, sizeof(ord));
-    rc = ps_graph_build(spec, model, v, &g, d);
-    if (!rc) rc = ps_engine_order(g, &ord, d);
+    rc = ps_schedule_build(spec, model, v, &g, d);
+    if (!rc) rc = ps_schedule_order(g, &ord, d);
     struct ps_order fwd = ord; /* D3: the forward entries come first */
     if (forward_only) fwd.n = ord.n_fwd;
     if (!rc && ps_bn_order_build(g, &fwd, NULL, s->policy, &out->bo))

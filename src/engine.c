@@ -18,7 +18,6 @@
  * on 91 of them when ties break by push order instead.
  */
 #include "src/engine.h"
-#include "src/schedule.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -186,15 +185,6 @@ static struct task heap_pop(struct heap *h)
     }
     h->n--;
     return top;
-}
-
-void ps_order_finish(struct ps_order *o)
-{
-    free(o->node);
-    free(o->thread);
-    free(o->step);
-    free(o->pos);
-    memset(o, 0, sizeof(*o));
 }
 
 static bool dep_edge(const struct ps_edge *e)
@@ -387,10 +377,6 @@ static int execute(struct eng *e, int t, struct task tk)
 
 int ps_engine_order(const struct ps_graph *g, struct ps_order *o, struct ps_diag *diag)
 {
-    /* explicit per-stage action lists (1F1B, interleaved, ZB-H1) are issued by their plan, not
-       derived by the autograd engine */
-    if (g->var.schedule != PS_SCHED_GPIPE && g->root == PS_NONE)
-        return ps_schedule_order(g, o, diag);
     memset(o, 0, sizeof(*o));
     struct eng e = {.g = g, .o = o};
     uint32_t nv = g->n_nodes;

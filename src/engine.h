@@ -17,15 +17,6 @@
 #include "src/diag.h"
 #include "src/graph.h"
 
-struct ps_order {
-    uint32_t n;       /* entries: every executed node, forward first, then backward */
-    uint32_t *node;   /* node id of each entry */
-    int32_t *thread;  /* device whose thread ran it */
-    uint32_t *step;   /* engine step at which it started (forward: creation rank) */
-    uint32_t n_fwd;   /* entries [0, n_fwd) are the forward pass */
-    uint32_t *pos;    /* pos[node] = entry index, UINT32_MAX when the node never runs */
-};
-
 /* The autograd nodes one partition forward records, in creation order (PyTorch 1.13): linear =
  * TBackward0 [weight] + AddmmBackward0 [bias, input, T] (MmBackward0 [input, T] without bias),
  * conv2d = ConvolutionBackward0 [input, weight, bias], batchnorm = NativeBatchNormBackward0
@@ -47,10 +38,9 @@ struct ps_prog_node {
 int ps_engine_program(const struct ps_spec *spec, const struct ps_model *model, int part,
                       bool input_requires_grad, struct ps_prog_node *prog, int *n_params);
 
-/* Derives the execution order (for graphs of explicit schedules: their plan's order, see
- * ps_schedule_order). Returns 0, or -EDEADLK when backward gets stuck (diag names the
- * waiting nodes), or -ENOMEM. */
+/* Derives the execution order of a graph with a backward root (GPipe's; a graph without one gets
+ * its forward host order only: order any graph with ps_schedule_order, schedule.h). Returns 0, or
+ * -EDEADLK when backward gets stuck (diag names the waiting nodes), or -ENOMEM. */
 int ps_engine_order(const struct ps_graph *g, struct ps_order *o, struct ps_diag *diag);
-void ps_order_finish(struct ps_order *o); /* frees; accepts a zeroed struct */
 
 #endif

@@ -121,13 +121,10 @@ struct ps_graph {
     uint32_t loss, root;
 };
 
-/* Builds the graph of the schedule in opts. Returns 0 or a negative errno (-E2BIG when the graph
- * would exceed the size limit, with the numbers in diag). */
-int ps_graph_build(const struct ps_spec *spec, const struct ps_model *model,
-                   const struct ps_variant *opts, struct ps_graph **out, struct ps_diag *diag);
 void ps_graph_destroy(struct ps_graph *g); /* accepts NULL */
 
-/* Low-level construction, used by the schedule builders and by tests. */
+/* Construction, used by the schedule builders (src/sched/, plan.c; build a schedule with
+ * ps_schedule_build, schedule.h) and by tests. */
 struct ps_graph *ps_graph_create(const struct ps_spec *spec, const struct ps_model *model,
                                  const struct ps_variant *opts, int m, int n);
 uint32_t ps_graph_add_node(struct ps_graph *g, const struct ps_node *proto);
@@ -149,7 +146,7 @@ int ps_graph_validate(const struct ps_graph *g, struct ps_diag *diag);
 void ps_graph_estimate(int m, int n, enum ps_checkpoint c, uint64_t *nodes, uint64_t *edges);
 #define PS_GRAPH_MAX_NODES (50u * 1000u * 1000u)
 /* Bytes the graph and the per-node arrays of its order, analysis and simulation take, at most
- * (ps_graph_build checks it against memlimit.h before allocating). */
+ * (ps_schedule_build checks it against memlimit.h before allocating). */
 double ps_graph_estimate_bytes(int m, int n, enum ps_checkpoint c);
 
 /* Task name as in FORMATS.md: F(2,1), B(2,1), R(2,1), C(2,0->1), W(2,1), Wo(2,1), fork(2,1),
@@ -176,9 +173,23 @@ static inline uint32_t ps_graph_in_degree(const struct ps_graph *g, uint32_t v)
     return g->in_off[v + 1] - g->in_off[v];
 }
 
+/* An execution order of a graph's nodes: the autograd engine's (engine.h) or a plan's (plan.h),
+ * chosen by ps_schedule_order (schedule.h). */
+struct ps_order {
+    uint32_t n;       /* entries: every executed node, forward first, then backward */
+    uint32_t *node;   /* node id of each entry */
+    int32_t *thread;  /* device whose thread ran it */
+    uint32_t *step;   /* engine step at which it started (forward: creation rank) */
+    uint32_t n_fwd;   /* entries [0, n_fwd) are the forward pass */
+    uint32_t *pos;    /* pos[node] = entry index, UINT32_MAX when the node never runs */
+};
+void ps_order_finish(struct ps_order *o); /* frees; accepts a zeroed struct */
+
+/* Optimizer step cost of partition `part` (SGD: 2 FLOPs and 12 bytes per parameter). */
+void ps_node_set_optim_cost(struct ps_node *nd, const struct ps_model *model, int part);
+
 /* Adds a STREAM edge between consecutive nodes of each stream in `order` (issue order on a
  * stream), then re-finalizes. Returns 0 or -ENOMEM. */
-struct ps_order;
 int ps_graph_add_stream_order(struct ps_graph *g, const struct ps_order *order);
 
 #endif

@@ -1,108 +1,67 @@
-/* schedule: graph builders for schedules given as explicit per-stage action lists
- * (SEMANTICS.md section 6): 1F1B (PipeDream-Flush), interleaved 1F1B (Megatron) and ZB-H1.
- * GPipe is built by graph.c from torchgpipe's clock cycles and the autograd-engine model.
+/* schedule: the table of pipeline schedules, one row per schedule kind (schedules.def), and the
+ * entry points every caller uses to build and order the graph of a variant.
  *
- * A plan is one action list per lane (a host thread: one device's worker). An action is F (the
- * forward of micro-batch i on stage s), B (its backward; with split backward only the input
- * gradient) or W (the weight gradient, zb-h1 only). The builder turns a plan into the same graph
- * type as GPipe, node for node:
+ *   ps_schedule_build(spec, model, variant)   size checks, then the row's build, or its plan
+ *                                             built by plan.c; the optimizer step when asked
+ *   ps_schedule_order(graph)                  the autograd engine's order for a graph with a
+ *                                             backward root (GPipe), the plan's order otherwise
+ *   ps_schedule_plan(spec, variant)           the row's per-rank program (action lists)
  *
- *   F(i,s) -> Wo(i,s) -> C(i,s->s+1) -> W(i,s+1) -> F(i,s+1)          forward, DATA edges
- *   B(i,s+1) -> W'(i,s+1) -> C'(i,s+1->s) -> Wo'(i,s) -> B(i,s)       backward, DATA edges
- *   F(i,S-1) -> B(i,S-1)   (the loss gradient)    F(i,s) -> R(i,s) -> B(i,s)  (checkpointed)
- *   B(i,s) -> Wg(i,s)      (split backward)        B/Wg(*,s) -> opt(s)        (optimizer)
+ * A row says what the schedule is; callers ask the row instead of testing for a schedule kind:
  *
- * and chains every node a lane issues with HOST edges in action order: an F action issues
- * W(i,s), F(i,s), Wo(i,s), C(i,s->s+1); a B action issues R(i,s), Wo'(i,s), B(i,s), W'(i,s),
- * C'(i,s->s-1) (R before the wait: recompute does not wait for the output gradient). No fork, join
- * or loss nodes; g->loss = g->root = PS_NONE, so the engine model does not apply: the execution
- * order of such a graph is ps_schedule_order's.
+ *     name          pipeline.schedule value
+ *     build         its own graph builder, or NULL: the graph of `plan` (plan.c)
+ *     plan          per-rank action lists, or NULL (GPipe: torchgpipe's clock cycles)
+ *     makespan      closed form under uniform costs (f, b, w per stage and micro-batch, free
+ *                   copies), or NULL where none is known; test_sim checks each against the
+ *                   simulator
+ *     phony         the graph has depend() fork/join edges, so the no-phony what-if applies
+ *     engine_order  its backward order is derived by the autograd-engine model (engine.h)
+ *     virtual_stages  it reads pipeline.virtual_stages
  *
- * Invariants of a valid plan (ps_schedule_build_plan rejects the rest with -EINVAL):
- *   P1. every (i, s) has exactly one F and one B, and one W iff the plan splits backward;
- *   P2. all actions of one stage are in one lane;
- *   P3. a lane's device is the device of its stages.
- * A valid plan can still deadlock (an action list that waits for itself): ps_schedule_order
- * reports it with -EDEADLK and ps_schedule_stuck describes it, one line per stage.
+ * Layering: graph.c (arena) <- engine.c, plan.c <- src/sched/ <- schedule.c; nothing below
+ * includes this header.
  */
 #ifndef PS_SCHEDULE_H
 #define PS_SCHEDULE_H
 
 #include <stdbool.h>
-#include <stdint.h>
 
 #include "src/diag.h"
-#include "src/engine.h"
 #include "src/graph.h"
+#include "src/model.h"
+#include "src/plan.h"
+#include "src/spec.h"
+#include "src/variant.h"
 
-enum ps_action_kind { PS_ACT_F, PS_ACT_B, PS_ACT_W };
-
-struct ps_action {
-    uint8_t kind;    /* enum ps_action_kind */
-    uint8_t overlap; /* DualPipeV: issued as one overlapped pair with the next action */
-    int32_t mb;
-    int32_t stage;
+struct ps_schedule_ops {
+    const char *name;
+    int (*build)(const struct ps_spec *spec, const struct ps_model *model,
+                 const struct ps_variant *v, struct ps_graph **out, struct ps_diag *diag);
+    int (*plan)(const struct ps_spec *spec, const struct ps_variant *v, struct ps_plan *out,
+                struct ps_diag *diag);
+    /* m micro-batches, S stages on S / vs devices (vs model chunks per device) */
+    double (*makespan)(int m, int S, int vs, double f, double b, double w);
+    bool phony;
+    bool engine_order;
+    bool virtual_stages;
 };
 
-struct ps_plan {
-    int n_lanes;
-    int n_stages;
-    int m;
-    bool split;          /* backward split into B and W (zero-bubble schedules) */
-    bool mixed;          /* split per (stage, micro-batch): a B with a W of the same cell is
-                            the input gradient only (PyTorch's I), a B without one is the full
-                            backward (DualPipeV, imported CSV schedules) */
-    uint32_t *len;       /* actions per lane */
-    struct ps_action **act;
-    int *lane_device;    /* device id of each lane */
-    uint32_t ignored;    /* imported communication/FSDP actions that were skipped */
-};
+/* The row of a schedule kind (NULL for a value outside the enum). */
+const struct ps_schedule_ops *ps_schedule_ops(enum ps_schedule kind);
+/* The kind of a pipeline.schedule name, or -1. */
+int ps_schedule_by_name(const char *name);
+/* "gpipe,1f1b,..." (every row, table order); a static string. */
+const char *ps_schedule_names(void);
 
-void ps_plan_finish(struct ps_plan *p); /* accepts a zeroed struct */
-/* For generators: a plan of `lanes` lanes with room for `per_lane` actions each (-ENOMEM), and
- * appending one action to a lane. */
-int ps_plan_alloc(struct ps_plan *p, int lanes, int stages, int m, uint32_t per_lane);
-void ps_plan_push(struct ps_plan *p, int lane, enum ps_action_kind k, int mb, int stage);
-
-/* The generated action lists of opts->schedule (1f1b, interleaved-1f1b, zb-h1). */
-int ps_schedule_plan(const struct ps_spec *spec, const struct ps_variant *opts,
-                     struct ps_plan *out, struct ps_diag *diag);
-/* A hand-written plan: {"stages": [["F0","F1","B0","B1"], ...]}, one list per partition, tokens
- * F<i>, B<i> and W<i> (W anywhere splits backward for every stage); or, when the file does not
- * start with '{', PyTorch's schedule CSV (ps_schedule_csv_parse). */
-int ps_schedule_plan_load(const char *path, const struct ps_spec *spec, struct ps_plan *out,
-                          struct ps_diag *diag);
-int ps_schedule_plan_parse(const char *json, const char *name, const struct ps_spec *spec,
-                           struct ps_plan *out, struct ps_diag *diag);
-
-/* PyTorch pipelining's schedule CSV (schedule_csv.c): one row per rank, cells in _Action's
- * grammar (2F0, 1I3, 0W1, 3B2, (0F7;7B3)OVERLAP_F_B; communication actions are skipped and
- * counted in out->ignored). Errors name the rank and step. */
-int ps_schedule_csv_parse(const char *text, const char *name, const struct ps_spec *spec,
-                          struct ps_plan *out, struct ps_diag *diag);
-/* The plan as that CSV (malloc'ed, NULL on out of memory). */
-char *ps_schedule_csv(const struct ps_plan *p);
-
-/* Builds the graph of a plan (see above). */
-int ps_schedule_build_plan(const struct ps_spec *spec, const struct ps_model *model,
-                           const struct ps_variant *opts, const struct ps_plan *plan,
-                           struct ps_graph **out, struct ps_diag *diag);
-/* ps_schedule_plan + ps_schedule_build_plan (graph.c calls it for every schedule but GPipe). */
+/* Builds the graph of variant v. Returns 0 or a negative errno (-E2BIG when the graph would
+ * exceed the size or memory limit, with the numbers in diag). */
 int ps_schedule_build(const struct ps_spec *spec, const struct ps_model *model,
-                      const struct ps_variant *opts, struct ps_graph **out,
-                      struct ps_diag *diag);
-
-/* Execution order of an explicit-schedule graph: a topological order over DATA/PHONY/HOST edges
- * (first-in first-out, seeded in node order), thread = node device. -EDEADLK when some nodes can
- * never run (o->n < nodes; o->pos of those is UINT32_MAX), with diag naming the first one. */
+                      const struct ps_variant *v, struct ps_graph **out, struct ps_diag *diag);
+/* The execution order of a built graph (see above). -EDEADLK when it gets stuck. */
 int ps_schedule_order(const struct ps_graph *g, struct ps_order *o, struct ps_diag *diag);
-/* After -EDEADLK: one line per stage with a stuck action, "stage 1: F(1,1) (action 2) waits for
- * F(1,0)". Returns a malloc'ed string (empty when nothing is stuck) or NULL. */
-char *ps_schedule_stuck(const struct ps_graph *g, const struct ps_order *o);
-
-/* GPipe: appends an optimizer step per partition (PS_NODE_OPTIM, after every B(i,j)), then
- * re-finalizes. Call before ps_engine_order. Explicit schedules add it themselves when
- * opts.optimizer is set. Returns 0 or -ENOMEM. */
-int ps_schedule_add_optimizer(struct ps_graph *g);
+/* The generated action lists of v's schedule; -EINVAL for a schedule without a plan (GPipe). */
+int ps_schedule_plan(const struct ps_spec *spec, const struct ps_variant *v, struct ps_plan *out,
+                     struct ps_diag *diag);
 
 #endif

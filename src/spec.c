@@ -49,9 +49,11 @@
 static const char *const op_names[] = {"linear",  "conv2d",    "batchnorm", "relu",
                                        "dropout", "maxpool2d", "flatten"};
 static const char *const loss_names[] = {"sum", "mse", "cross_entropy"};
-static const char *const sched_names[] = {"gpipe",      "1f1b",       "interleaved-1f1b",
-                                          "zb-h1",      "zb-h2",      "zb-v",
-                                          "looped-bfs", "interleaved-zb", "dualpipe-v"};
+static const char *const sched_names[] = {
+#define PS_SCHEDULE_ROW(e, name, ops) name,
+#include "src/schedules.def"
+#undef PS_SCHEDULE_ROW
+};
 static const char *const ckpt_names[] = {"always", "except_last", "never"};
 static const char *const bn_names[] = {"plain", "deferred", "grad-only"};
 static const char *const source_names[] = {"synthetic", "npy", "csv"};

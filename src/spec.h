@@ -37,16 +37,11 @@ enum ps_op {
 };
 
 enum ps_loss { PS_LOSS_SUM, PS_LOSS_MSE, PS_LOSS_CROSS_ENTROPY };
+/* one value per row of src/schedules.def (the schedule table, schedule.h) */
 enum ps_schedule {
-    PS_SCHED_GPIPE,
-    PS_SCHED_1F1B,
-    PS_SCHED_INTERLEAVED,
-    PS_SCHED_ZBH1,
-    PS_SCHED_ZBH2,
-    PS_SCHED_ZBV,
-    PS_SCHED_LOOPED_BFS,
-    PS_SCHED_INTERLEAVED_ZB,
-    PS_SCHED_DUALPIPEV,
+#define PS_SCHEDULE_ROW(e, name, ops) PS_SCHED_##e,
+#include "src/schedules.def"
+#undef PS_SCHEDULE_ROW
     PS_SCHED__COUNT
 };
 enum ps_checkpoint { PS_CKPT_ALWAYS, PS_CKPT_EXCEPT_LAST, PS_CKPT_NEVER };

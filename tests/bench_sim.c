@@ -59,7 +59,7 @@ static struct ps_spec *make_spec(const char *sched, int m, int n)
 
 static int order_of(struct ps_graph *g, struct ps_order *o, struct ps_diag *d)
 {
-    return g->root != PS_NONE ? ps_engine_order(g, o, d) : ps_schedule_order(g, o, d);
+    return ps_schedule_order(g, o, d);
 }
 
 /* one case: build (+ order + check) [+ simulate]; prints one line */
@@ -74,7 +74,7 @@ static int run_case(const char *sched, int m, int n, int simulate)
     struct ps_variant o;
     if (ps_model_build(s, &model, &d)) return 1;
     ps_variant_from_spec(s, &o);
-    if (ps_graph_build(s, model, &o, &g, &d)) {
+    if (ps_schedule_build(s, model, &o, &g, &d)) {
         fprintf(stderr, "%s\n", d.msg);
         return 1;
     }
@@ -137,9 +137,9 @@ int main(int argc, char **argv)
         struct ps_variant o;
         ps_model_build(s, &model, &d);
         ps_variant_from_spec(s, &o);
-        if (ps_graph_build(s, model, &o, &g, &d)) return 1;
+        if (ps_schedule_build(s, model, &o, &g, &d)) return 1;
         struct ps_order ord;
-        if (ps_engine_order(g, &ord, &d)) return 1;
+        if (ps_schedule_order(g, &ord, &d)) return 1;
         double *cost = malloc(((size_t)g->n_nodes + 1) * sizeof(double));
         ps_cost_fill(g, NULL, cost, &d);
         struct ps_sim_opts so = {.launch_us = 4};

@@ -54,10 +54,9 @@ static inline int fx_load(struct fx *f, const char *sched, int m, int n, int v, 
     if (rc) return rc;
     struct ps_variant o;
     ps_variant_from_spec(f->spec, &o);
-    rc = ps_graph_build(f->spec, f->model, &o, &f->g, d);
+    rc = ps_schedule_build(f->spec, f->model, &o, &f->g, d);
     if (rc) return rc;
-    if (f->g->root != PS_NONE) rc = ps_engine_order(f->g, &f->o, d);
-    else rc = ps_schedule_order(f->g, &f->o, d);
+    rc = ps_schedule_order(f->g, &f->o, d);
     return rc;
 }
 

@@ -25,6 +25,7 @@
 #include "sim/sim.h"
 #include "src/spec.h"
 #include "src/trace_read.h"
+#include "src/schedule.h"
 
 #define assert_rel(a, b, eps)                                                                 \
     do {                                                                                       \
@@ -51,8 +52,8 @@ static void fx_parse(struct fx *f, const char *json)
     assert_int_equal(ps_model_build(f->spec, &f->model, &d), 0);
     struct ps_variant o;
     ps_variant_from_spec(f->spec, &o);
-    assert_int_equal(ps_graph_build(f->spec, f->model, &o, &f->g, &d), 0);
-    assert_int_equal(ps_engine_order(f->g, &f->o, &d), 0);
+    assert_int_equal(ps_schedule_build(f->spec, f->model, &o, &f->g, &d), 0);
+    assert_int_equal(ps_schedule_order(f->g, &f->o, &d), 0);
 }
 
 static void fx_file(struct fx *f, const char *rel)
@@ -67,8 +68,8 @@ static void fx_file(struct fx *f, const char *rel)
     assert_int_equal(ps_model_build(f->spec, &f->model, &d), 0);
     struct ps_variant o;
     ps_variant_from_spec(f->spec, &o);
-    assert_int_equal(ps_graph_build(f->spec, f->model, &o, &f->g, &d), 0);
-    assert_int_equal(ps_engine_order(f->g, &f->o, &d), 0);
+    assert_int_equal(ps_schedule_build(f->spec, f->model, &o, &f->g, &d), 0);
+    assert_int_equal(ps_schedule_order(f->g, &f->o, &d), 0);
 }
 
 static void fx_free(struct fx *f)

@@ -29,6 +29,7 @@
 #include "src/graph.h"
 #include "src/model.h"
 #include "src/spec.h"
+#include "src/schedule.h"
 
 static struct ps_spec *load_example(const char *name)
 {
@@ -149,8 +150,8 @@ static void run_seed2(const struct ps_spec *s, const struct ps_model *m, enum ps
     struct ps_graph *g = NULL;
     struct ps_order ord;
     memset(&ord, 0, sizeof(ord));
-    assert_int_equal(ps_graph_build(s, m, &go, &g, &d), 0);
-    assert_int_equal(ps_engine_order(g, &ord, &d), 0);
+    assert_int_equal(ps_schedule_build(s, m, &go, &g, &d), 0);
+    assert_int_equal(ps_schedule_order(g, &ord, &d), 0);
     struct ps_exec_opts o;
     ps_exec_opts_init(&o);
     o.trace = false;

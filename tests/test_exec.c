@@ -35,6 +35,7 @@
 #include "src/model.h"
 #include "src/npy.h"
 #include "src/spec.h"
+#include "src/schedule.h"
 
 #define TOL_STATS 1e-5
 #define TOL_PARAM 1e-4
@@ -67,8 +68,8 @@ static void build(struct run *r, struct ps_diag *d)
     if (ps_model_build(r->spec, &r->model, d)) fail_diag(d);
     struct ps_variant o;
     ps_variant_from_spec(r->spec, &o);
-    if (ps_graph_build(r->spec, r->model, &o, &r->graph, d)) fail_diag(d);
-    if (ps_engine_order(r->graph, &r->order, d)) fail_diag(d);
+    if (ps_schedule_build(r->spec, r->model, &o, &r->graph, d)) fail_diag(d);
+    if (ps_schedule_order(r->graph, &r->order, d)) fail_diag(d);
 }
 
 static void load_file(struct run *r, const char *path)

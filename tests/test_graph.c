@@ -20,6 +20,7 @@
 #include "src/model.h"
 #include "src/schedule.h"
 #include "src/spec.h"
+#include "src/schedule.h"
 
 struct fix {
     struct ps_spec *spec;
@@ -51,9 +52,9 @@ static void load(struct fix *f, int m, int n, const char *ckpt, bool phony, cons
     assert_int_equal(ps_model_build(f->spec, &f->model, &d), 0);
     struct ps_variant o;
     ps_variant_from_spec(f->spec, &o);
-    assert_int_equal(ps_graph_build(f->spec, f->model, &o, &f->g, &d), 0);
+    assert_int_equal(ps_schedule_build(f->spec, f->model, &o, &f->g, &d), 0);
     assert_int_equal(ps_graph_validate(f->g, &d), 0);
-    assert_int_equal(ps_engine_order(f->g, &f->o, &d), 0);
+    assert_int_equal(ps_schedule_order(f->g, &f->o, &d), 0);
 }
 
 static void cpu_devices(int n, char *buf)

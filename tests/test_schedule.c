@@ -1,6 +1,6 @@
-/* Tests of the explicit-schedule builders (src/schedule.c): the generated action lists, the
+/* Tests of the schedule table (src/schedule.c, src/sched/, src/plan.c): the generated action lists, the
  * graphs they build (validated by analysis.c's checks), the execution order, hand-written plans
- * and deadlock reports, and the GPipe optimizer helper.
+ * and deadlock reports, and the optimizer step.
  *
  * Note on analysis.c's backward-order check (I2, B(i+1,j) hb B(i,j)): it states GPipe's
  * descending backward order. 1F1B-style schedules run backward in ascending micro-batch order
@@ -127,26 +127,26 @@ static void test_hand_plan_and_deadlock(void **state)
     struct ps_plan p;
     /* a valid hand-written plan (1F1B on 2 stages) */
     ps_diag_clear(&d);
-    assert_int_equal(ps_schedule_plan_parse("{\"stages\":[[\"F0\",\"F1\",\"B0\",\"B1\"],"
+    assert_int_equal(ps_plan_parse("{\"stages\":[[\"F0\",\"F1\",\"B0\",\"B1\"],"
                                             "[\"F0\",\"B0\",\"F1\",\"B1\"]]}",
                                             "a.json", f.spec, &p, &d),
                      0);
     struct ps_graph *g = NULL;
-    assert_int_equal(ps_schedule_build_plan(f.spec, f.model, &o, &p, &g, &d), 0);
+    assert_int_equal(ps_plan_build(f.spec, f.model, &o, &p, &g, &d), 0);
     struct ps_order ord;
     assert_int_equal(ps_schedule_order(g, &ord, &d), 0);
     ps_order_finish(&ord);
     ps_graph_destroy(g);
     ps_plan_finish(&p);
     /* a deadlock: stage 1 runs F1 before F0, stage 0 waits for B0 before sending F1 */
-    assert_int_equal(ps_schedule_plan_parse("{\"stages\":[[\"F0\",\"B0\",\"F1\",\"B1\"],"
+    assert_int_equal(ps_plan_parse("{\"stages\":[[\"F0\",\"B0\",\"F1\",\"B1\"],"
                                             "[\"F1\",\"F0\",\"B0\",\"B1\"]]}",
                                             "a.json", f.spec, &p, &d),
                      0);
-    assert_int_equal(ps_schedule_build_plan(f.spec, f.model, &o, &p, &g, &d), 0);
+    assert_int_equal(ps_plan_build(f.spec, f.model, &o, &p, &g, &d), 0);
     ps_diag_clear(&d);
     assert_int_equal(ps_schedule_order(g, &ord, &d), -EDEADLK);
-    char *stuck = ps_schedule_stuck(g, &ord);
+    char *stuck = ps_plan_stuck(g, &ord);
     assert_non_null(stuck);
     assert_string_equal(stuck, "stage 0: B(0,0) (action 1) waits for B(0,1)\n"
                                "stage 1: F(1,1) (action 0) waits for F(1,0)\n");
@@ -156,19 +156,19 @@ static void test_hand_plan_and_deadlock(void **state)
     ps_plan_finish(&p);
     /* bad plans */
     ps_diag_clear(&d);
-    assert_int_equal(ps_schedule_plan_parse("{\"stages\":[[\"F0\"]]}", "a.json", f.spec, &p, &d),
+    assert_int_equal(ps_plan_parse("{\"stages\":[[\"F0\"]]}", "a.json", f.spec, &p, &d),
                      -EINVAL);
     ps_diag_clear(&d);
-    assert_int_equal(ps_schedule_plan_parse("{\"stages\":[[\"F0\",\"X1\"],[]]}", "a.json", f.spec,
+    assert_int_equal(ps_plan_parse("{\"stages\":[[\"F0\",\"X1\"],[]]}", "a.json", f.spec,
                                             &p, &d),
                      -EINVAL);
     assert_non_null(strstr(d.msg, "stages[0][1]"));
     ps_diag_clear(&d);
-    assert_int_equal(ps_schedule_plan_parse("{\"stages\":[[\"F0\",\"F1\",\"B0\"],"
+    assert_int_equal(ps_plan_parse("{\"stages\":[[\"F0\",\"F1\",\"B0\"],"
                                             "[\"F0\",\"B0\",\"F1\",\"B1\"]]}",
                                             "a.json", f.spec, &p, &d),
                      0);
-    assert_int_equal(ps_schedule_build_plan(f.spec, f.model, &o, &p, &g, &d), -EINVAL);
+    assert_int_equal(ps_plan_build(f.spec, f.model, &o, &p, &g, &d), -EINVAL);
     assert_non_null(strstr(d.msg, "B1 is missing"));
     ps_plan_finish(&p);
     fx_free(&f);
@@ -182,10 +182,16 @@ static void test_gpipe_optimizer(void **state)
     assert_int_equal(fx_load(&f, "gpipe", 3, 2, 1, "except_last", "plain", &d), 0);
     ps_order_finish(&f.o);
     uint32_t n0 = f.g->n_nodes;
-    assert_int_equal(ps_schedule_add_optimizer(f.g), 0);
+    /* the same variant with the optimizer: the same nodes, then one step per partition */
+    struct ps_variant ov;
+    ps_variant_from_spec(f.spec, &ov);
+    ov.optimizer = true;
+    ps_graph_destroy(f.g);
+    f.g = NULL;
+    assert_int_equal(ps_schedule_build(f.spec, f.model, &ov, &f.g, &d), 0);
     assert_int_equal(f.g->n_nodes, n0 + 2);
     assert_int_equal(ps_graph_validate(f.g, &d), 0);
-    assert_int_equal(ps_engine_order(f.g, &f.o, &d), 0);
+    assert_int_equal(ps_schedule_order(f.g, &f.o, &d), 0);
     /* each optimizer step runs after every backward of its partition */
     for (int j = 0; j < 2; j++) {
         uint32_t opt = n0 + (uint32_t)j;
@@ -249,14 +255,14 @@ static void test_pytorch_orders(void **state)
         struct ps_plan plan, back;
         assert_int_equal(ps_schedule_plan(f.spec, &o, &plan, &d), 0);
         snprintf(path, sizeof(path), "%s/%s", dir, file);
-        char *want = slurp(path), *got = ps_schedule_csv(&plan);
+        char *want = slurp(path), *got = ps_plan_csv(&plan);
         assert_non_null(want);
         if (strcmp(got, want) != 0) fprintf(stderr, "%s:\n got  %s\n want %s\n", file, got, want);
         assert_string_equal(got, want);
-        rc = ps_schedule_plan_load(path, f.spec, &back, &d);
+        rc = ps_plan_load(path, f.spec, &back, &d);
         if (rc) fprintf(stderr, "%s: %s\n", d.where, d.msg);
         assert_int_equal(rc, 0);
-        char *again = ps_schedule_csv(&back);
+        char *again = ps_plan_csv(&back);
         assert_string_equal(again, want);
         free(want), free(got), free(again);
         ps_plan_finish(&plan);
@@ -285,13 +291,13 @@ static void test_pytorch_artifacts(void **state)
         struct ps_diag d;
         assert_int_equal(fx_load(&f, art[k].sched, art[k].m, art[k].S, 2, "never", "plain", &d), 0);
         struct ps_plan plan;
-        int rc = ps_schedule_plan_load(path, f.spec, &plan, &d);
+        int rc = ps_plan_load(path, f.spec, &plan, &d);
         if (rc) fprintf(stderr, "%s: %s\n", d.where, d.msg);
         assert_int_equal(rc, 0);
         struct ps_graph *g = NULL;
         struct ps_variant o;
         ps_variant_from_spec(f.spec, &o);
-        assert_int_equal(ps_schedule_build_plan(f.spec, f.model, &o, &plan, &g, &d), 0);
+        assert_int_equal(ps_plan_build(f.spec, f.model, &o, &plan, &g, &d), 0);
         struct ps_order ord;
         assert_int_equal(ps_schedule_order(g, &ord, &d), 0);
         assert_int_equal(ord.n, g->n_nodes);
@@ -329,7 +335,7 @@ static void test_csv_errors(void **state)
     };
     for (size_t k = 0; k < sizeof(bad) / sizeof(*bad); k++) {
         ps_diag_clear(&d);
-        assert_int_equal(ps_schedule_csv_parse(bad[k].csv, "s.csv", f.spec, &p, &d), -EINVAL);
+        assert_int_equal(ps_plan_csv_parse(bad[k].csv, "s.csv", f.spec, &p, &d), -EINVAL);
         assert_string_equal(d.msg, bad[k].msg);
     }
     /* 1F1B on 2 stages with the lowered format's communication actions, quotes, CRLF and an idle
@@ -337,10 +343,10 @@ static void test_csv_errors(void **state)
     const char *ok = "0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,\"0B1\"\r\n"
                      ",1RECV_F0,1F0,1B0,1SEND_B0,1F1,1B1,1SEND_B1\r\n";
     ps_diag_clear(&d);
-    assert_int_equal(ps_schedule_csv_parse(ok, "s.csv", f.spec, &p, &d), 0);
+    assert_int_equal(ps_plan_csv_parse(ok, "s.csv", f.spec, &p, &d), 0);
     assert_int_equal(p.ignored, 7);
     assert_int_equal(p.n_lanes, 2);
-    char *out = ps_schedule_csv(&p);
+    char *out = ps_plan_csv(&p);
     assert_string_equal(out, "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n");
     free(out);
     ps_plan_finish(&p);

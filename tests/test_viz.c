@@ -23,6 +23,7 @@
 
 #include "viz/viz.h"
 #include "tests/viz_fixture.h"
+#include "src/schedule.h"
 
 static char tmpdir[256];
 static bool g_regenerated; /* PS_REGEN_GOLDEN=1 rewrote a golden: report skip (77) */
@@ -354,7 +355,7 @@ static void gp_init(struct gp *p)
     struct ps_variant o;
     ps_variant_from_spec(s, &o);
     struct ps_diag d = {0};
-    int rc = ps_graph_build(s, NULL, &o, &p->g, &d);
+    int rc = ps_schedule_build(s, NULL, &o, &p->g, &d);
     if (rc) fprintf(stderr, "build: %s\n", d.msg);
     assert_int_equal(rc, 0);
 }
@@ -367,7 +368,7 @@ static void test_gpipe_report(void **state)
     struct ps_graph *g = p.g;
     struct ps_diag d = {0};
     struct ps_order ord = {0};
-    assert_int_equal(ps_engine_order(g, &ord, &d), 0);
+    assert_int_equal(ps_schedule_order(g, &ord, &d), 0);
     struct ps_analysis a = {0};
     assert_int_equal(ps_analysis_run(g, &ord, NULL, &a, &d), 0);
 

@@ -15,6 +15,7 @@
 #include "src/engine.h"
 #include "src/graph.h"
 #include "src/model.h"
+#include "src/schedule.h"
 #include "src/spec.h"
 
 enum { PS_EXIT_OK = 0, PS_EXIT_FOUND = 1, PS_EXIT_INPUT = 2, PS_EXIT_BACKEND = 3 };

@@ -101,9 +101,10 @@ int ps_cmd_check(struct ps_cli *cli)
     struct ps_graph *gw = NULL;
     struct ps_order ow;
     memset(&ow, 0, sizeof(ow));
-    bool whatif = s->phony && s->schedule == PS_SCHED_GPIPE &&
-                  ps_graph_build(s, ctx.model, &wo, &gw, &d) == 0;
-    if (whatif) whatif = ps_engine_order(gw, &ow, &d) == 0 && ps_analysis_run(gw, &ow, NULL, &b, &d) == 0;
+    const struct ps_schedule_ops *ops = ps_schedule_ops(s->schedule);
+    bool whatif = s->phony && ops->phony &&
+                  ps_schedule_build(s, ctx.model, &wo, &gw, &d) == 0;
+    if (whatif) whatif = ps_schedule_order(gw, &ow, &d) == 0 && ps_analysis_run(gw, &ow, NULL, &b, &d) == 0;
 
     int code = a.ok ? PS_EXIT_OK : PS_EXIT_FOUND;
     if (cli->verbosity >= 0) {
@@ -114,7 +115,7 @@ int ps_cmd_check(struct ps_cli *cli)
                ps_schedule_name(s->schedule), s->mb_count, s->chunks, s->n_partitions,
                s->n_devices, s->n_devices > 1 ? "s" : "", ps_checkpoint_name(s->checkpoint),
                g->checkpoint_stop, ps_bn_policy_name(s->batchnorm),
-               s->schedule != PS_SCHED_GPIPE ? "n/a (explicit schedule)" : s->phony ? "on" : "off",
+               !ops->phony ? "n/a (explicit schedule)" : s->phony ? "on" : "off",
                s->fairscale ? " (fairscale variant)" : "");
         uint32_t ph = 0;
         for (uint32_t e = 0; e < g->n_edges; e++) ph += g->edges[e].kind == PS_EDGE_PHONY;
@@ -122,7 +123,7 @@ int ps_cmd_check(struct ps_cli *cli)
         printf("checks:\n");
         print_checks(g, &a, "  ");
         printf("peak activation memory per device (%s order):\n",
-               s->schedule == PS_SCHED_GPIPE ? "engine" : "schedule");
+               ops->engine_order ? "engine" : "schedule");
         if (a.mem) print_memory(&ctx, &a, NULL);
         if (a.cp.n) {
             char b1[64], b2[64];

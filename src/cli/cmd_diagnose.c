@@ -197,9 +197,9 @@ int ps_cmd_diagnose(struct ps_cli *cli)
     struct ps_variant wo;
     ps_variant_from_spec(spec, &wo);
     wo.phony = false;
-    bool whatif = spec->phony && spec->schedule == PS_SCHED_GPIPE &&
-                  ps_graph_build(spec, ctx.model, &wo, &gw, &d) == 0 &&
-                  ps_engine_order(gw, &ow, &d) == 0 && ps_analysis_run(gw, &ow, NULL, &wan, &d) == 0;
+    bool whatif = spec->phony && ps_schedule_ops(spec->schedule)->phony &&
+                  ps_schedule_build(spec, ctx.model, &wo, &gw, &d) == 0 &&
+                  ps_schedule_order(gw, &ow, &d) == 0 && ps_analysis_run(gw, &ow, NULL, &wan, &d) == 0;
     ps_diag_clear(&d);
     ps_cli_info(cli, "diagnose: checks done (%.2f s)", now_s() - t_start);
 

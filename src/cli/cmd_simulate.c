@@ -185,7 +185,7 @@ int ps_cmd_simulate(struct ps_cli *cli)
     }
     for (int k = 0; k < spec->n_warnings; k++) ps_cli_warn(cli, "%s", spec->warnings[k]);
     if ((code = ps_simrun_costs(cli, spec, costs_path, &costs))) goto out;
-    if (actions && ps_schedule_plan_load(actions, spec, &plan, &d)) {
+    if (actions && ps_plan_load(actions, spec, &plan, &d)) {
         code = ps_cli_fail(&d, PS_EXIT_INPUT);
         goto out;
     }
@@ -202,7 +202,7 @@ int ps_cmd_simulate(struct ps_cli *cli)
         code = ps_cli_fail(&d, PS_EXIT_INPUT);
         goto out;
     }
-    bool whatif = nophony && !actions && a.g->root != PS_NONE;
+    bool whatif = nophony && !actions && ps_schedule_ops(o.schedule)->phony;
     if (nophony && !whatif)
         ps_cli_warn(cli, "--no-phony applies to gpipe (fork/join edges) only; ignored");
     if (whatif) {

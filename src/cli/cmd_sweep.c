@@ -44,7 +44,8 @@ struct row {
 
 int ps_cmd_sweep(struct ps_cli *cli)
 {
-    static const char *const scheds[] = {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1"};
+    const char *scheds[PS_SCHED__COUNT];
+    for (int k = 0; k < PS_SCHED__COUNT; k++) scheds[k] = ps_schedule_ops(k)->name;
     static const char *const ckpts[] = {"always", "except_last", "never"};
     const char *chunks_s = NULL, *ck_s = NULL, *sc_s = NULL, *costs_path = NULL, *v;
     for (int k = 0; k < cli->argc; k++) {
@@ -64,9 +65,9 @@ int ps_cmd_sweep(struct ps_cli *cli)
         free(chunks);
         return ps_cli_usage(cli, "--checkpoint: expected always,except_last,never");
     }
-    if (sc_s && (ns = parse_names(sc_s, scheds, 4, sc, 8)) <= 0) {
+    if (sc_s && (ns = parse_names(sc_s, scheds, PS_SCHED__COUNT, sc, 8)) <= 0) {
         free(chunks);
-        return ps_cli_usage(cli, "--schedule: expected gpipe,1f1b,interleaved-1f1b,zb-h1");
+        return ps_cli_usage(cli, "--schedule: expected %s", ps_schedule_names());
     }
     struct ps_diag d;
     ps_diag_clear(&d);

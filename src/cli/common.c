@@ -55,9 +55,9 @@ int ps_ctx_rebuild(struct ps_ctx *ctx, const struct ps_variant *opts, struct ps_
         ps_variant_from_spec(ctx->spec, &o);
         opts = &o;
     }
-    int rc = ps_graph_build(ctx->spec, ctx->model, opts, &ctx->graph, d);
+    int rc = ps_schedule_build(ctx->spec, ctx->model, opts, &ctx->graph, d);
     if (rc) return rc;
-    rc = ps_engine_order(ctx->graph, &ctx->order, d);
+    rc = ps_schedule_order(ctx->graph, &ctx->order, d);
     return rc == -EDEADLK ? 0 : rc;
 }
 

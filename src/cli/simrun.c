@@ -10,17 +10,11 @@ int ps_simrun(const struct ps_spec *spec, const struct ps_model *model,
               const struct ps_costs *costs, struct ps_simrun *run, struct ps_diag *diag)
 {
     memset(run, 0, sizeof(*run));
-    int rc = plan ? ps_schedule_build_plan(spec, model, opts, plan, &run->g, diag)
-                  : ps_graph_build(spec, model, opts, &run->g, diag);
+    int rc = plan ? ps_plan_build(spec, model, opts, plan, &run->g, diag)
+                  : ps_schedule_build(spec, model, opts, &run->g, diag);
     if (rc) return rc;
-    if (opts->optimizer && run->g->root != PS_NONE && (rc = ps_schedule_add_optimizer(run->g)))
-        return ps_diag_set(diag, rc, spec->path, "out of memory");
-    if (run->g->root != PS_NONE) {
-        rc = ps_engine_order(run->g, &run->order, diag);
-    } else {
-        rc = ps_schedule_order(run->g, &run->order, diag);
-        if (rc == -EDEADLK) run->stuck = ps_schedule_stuck(run->g, &run->order);
-    }
+    rc = ps_schedule_order(run->g, &run->order, diag);
+    if (rc == -EDEADLK && run->g->root == PS_NONE) run->stuck = ps_plan_stuck(run->g, &run->order);
     if (rc) return rc;
     run->cost = malloc(((size_t)run->g->n_nodes + 1) * sizeof(double));
     if (!run->cost) return ps_diag_set(diag, -ENOMEM, spec->path, "out of memory");

@@ -56,7 +56,7 @@ static void graph_and_sim(const struct ps_spec *s, const struct ps_model *m,
     struct ps_graph *g = NULL;
     struct ps_diag d;
     ps_diag_clear(&d);
-    int rc = ps_graph_build(s, m, &o, &g, &d);
+    int rc = ps_schedule_build(s, m, &o, &g, &d);
     if (rc) {
         FUZZ_CHECK(rc < 0 && !g && d.msg[0]);
         return;
@@ -68,7 +68,7 @@ static void graph_and_sim(const struct ps_spec *s, const struct ps_model *m,
     struct ps_order order;
     memset(&order, 0, sizeof(order));
     ps_diag_clear(&d);
-    rc = g->root != PS_NONE ? ps_engine_order(g, &order, &d) : ps_schedule_order(g, &order, &d);
+    rc = ps_schedule_order(g, &order, &d);
     if (rc == 0) {
         double *cost = malloc(((size_t)g->n_nodes + 1) * sizeof(double));
         FUZZ_CHECK(cost != NULL);

@@ -20,6 +20,7 @@
 #include "sim/cost.h"
 #include "src/spec.h"
 #include "src/trace_read.h"
+#include "src/schedule.h"
 
 static const char SPEC[] =
     "{\"pipescope\": 1, \"batch\": 6, \"model\": {\"input\": [8], \"layers\": ["
@@ -57,9 +58,9 @@ static void setup(void)
     if (!rc) rc = ps_model_build(G.spec, &G.model, &d);
     if (!rc) {
         ps_variant_from_spec(G.spec, &o);
-        rc = ps_graph_build(G.spec, G.model, &o, &G.g, &d);
+        rc = ps_schedule_build(G.spec, G.model, &o, &G.g, &d);
     }
-    if (!rc) rc = ps_engine_order(G.g, &G.order, &d);
+    if (!rc) rc = ps_schedule_order(G.g, &G.order, &d);
     if (!rc) {
         G.cost = malloc(((size_t)G.g->n_nodes + 1) * sizeof(double));
         rc = G.cost ? ps_cost_fill(G.g, NULL, G.cost, &d) : -1;

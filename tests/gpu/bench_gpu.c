@@ -24,6 +24,7 @@
 #include "src/graph.h"
 #include "src/model.h"
 #include "src/spec.h"
+#include "src/schedule.h"
 
 #define H200_PEAK 4.8e12
 
@@ -179,9 +180,9 @@ static int bench_pipeline(int steps, int gpus, struct ps_diag *d)
     struct ps_variant go;
     if (!rc) {
         ps_variant_from_spec(spec, &go);
-        rc = ps_graph_build(spec, model, &go, &g, d);
+        rc = ps_schedule_build(spec, model, &go, &g, d);
     }
-    if (!rc) rc = ps_engine_order(g, &order, d);
+    if (!rc) rc = ps_schedule_order(g, &order, d);
     struct ps_exec_opts o;
     ps_exec_opts_init(&o);
     o.backend = PS_BACKEND_CUDA;

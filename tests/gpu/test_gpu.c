@@ -30,6 +30,7 @@
 #include "src/graph.h"
 #include "src/model.h"
 #include "src/spec.h"
+#include "src/schedule.h"
 
 static ps_cuda_stream S;
 static int n_gpus;
@@ -488,8 +489,8 @@ static void load(struct run *r, const char *ckpt, const char *policy, const char
     if (ps_model_build(r->spec, &r->model, &d)) fail_diag(&d);
     struct ps_variant o;
     ps_variant_from_spec(r->spec, &o);
-    if (ps_graph_build(r->spec, r->model, &o, &r->graph, &d)) fail_diag(&d);
-    if (ps_engine_order(r->graph, &r->order, &d)) fail_diag(&d);
+    if (ps_schedule_build(r->spec, r->model, &o, &r->graph, &d)) fail_diag(&d);
+    if (ps_schedule_order(r->graph, &r->order, &d)) fail_diag(&d);
 }
 
 static void unload(struct run *r)

@@ -1,4 +1,4 @@
-/* sched_v: the two V-shaped schedules, two stages per rank (rank r holds stages r and 2D-1-r,
+/* sched/v: the two V-shaped schedules, two stages per rank (rank r holds stages r and 2D-1-r,
  * so the last stage sits on the first rank and the loss gradient turns round where the input
  * came in). Read from PyTorch's torch/distributed/pipelining/schedules.py.
  *
@@ -16,7 +16,7 @@
  * full backward (plan->mixed). PyTorch's regression artifact dualpipev_4rank_10mb.csv is
  * reproduced action for action (tests/golden/sched).
  */
-#include "src/sched_gen.h"
+#include "src/sched/gen.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -185,3 +185,21 @@ int ps_gen_dualpipev(const struct ps_spec *spec, int S, int m, struct ps_plan *p
     free(ws), free(wm);
     return 0;
 }
+
+/* ---- rows of the schedule table (schedule.h) ------------------------------------------------- */
+
+static int plan_zbv(const struct ps_spec *spec, const struct ps_variant *v, struct ps_plan *out,
+                    struct ps_diag *diag)
+{
+    return ps_gen_zbv(spec, spec->n_partitions, v->mb_count, out, diag);
+}
+
+static int plan_dualpipev(const struct ps_spec *spec, const struct ps_variant *v,
+                          struct ps_plan *out, struct ps_diag *diag)
+{
+    return ps_gen_dualpipev(spec, spec->n_partitions, v->mb_count, out, diag);
+}
+
+/* two stages per rank whatever pipeline.virtual_stages says (spec.c warns) */
+const struct ps_schedule_ops ps_sched_zbv = {.name = "zb-v", .plan = plan_zbv};
+const struct ps_schedule_ops ps_sched_dualpipev = {.name = "dualpipe-v", .plan = plan_dualpipev};

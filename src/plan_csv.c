@@ -1,4 +1,4 @@
-/* schedule_csv: PyTorch pipelining's schedule CSV, both ways.
+/* plan_csv: PyTorch pipelining's schedule CSV, both ways.
  *
  * The format of PipelineScheduleMulti._dump_csv / _load_csv (torch/distributed/pipelining/
  * schedules.py): one row per rank, one cell per step, each cell an _Action string
@@ -17,7 +17,7 @@
  * when its cell has a W, B otherwise, and overlap pairs as (a;b)OVERLAP_F_B, so a built-in
  * schedule written here loads unchanged in PyTorch and reads back into the same plan.
  */
-#include "src/schedule.h"
+#include "src/plan.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -88,7 +88,7 @@ static int parse_cell(const char *s, const char *e, struct cell out[2])
     return 2;
 }
 
-int ps_schedule_csv_parse(const char *text, const char *name, const struct ps_spec *spec,
+int ps_plan_csv_parse(const char *text, const char *name, const struct ps_spec *spec,
                           struct ps_plan *out, struct ps_diag *diag)
 {
     memset(out, 0, sizeof(*out));
@@ -204,7 +204,7 @@ out:
     return rc;
 }
 
-char *ps_schedule_csv(const struct ps_plan *p)
+char *ps_plan_csv(const struct ps_plan *p)
 {
     size_t cells = (size_t)p->n_stages * (size_t)p->m, n = 0, cap = 64;
     uint8_t *has_w = calloc(cells ? cells : 1, 1);

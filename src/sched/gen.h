@@ -1,5 +1,5 @@
-/* sched_gen: generators of the per-rank action lists of the schedules PyTorch's
- * torch.distributed.pipelining and the zero-bubble paper define (private to src/schedule*.c).
+/* sched/gen: generators of the per-rank action lists of the schedules PyTorch's
+ * torch.distributed.pipelining and the zero-bubble paper define (private to src/sched/).
  *
  * Every generator fills a plan with one lane per device (rank) and returns 0, -ENOMEM, or
  * -EINVAL with diag saying which pipeline setting cannot be scheduled and how to fix it.

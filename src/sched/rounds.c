@@ -1,4 +1,4 @@
-/* sched_rounds: PyTorch's round-based 1F1B family (torch/distributed/pipelining/schedules.py,
+/* sched/rounds: PyTorch's round-based 1F1B family (torch/distributed/pipelining/schedules.py,
  * _get_warmup_ops and _get_1f1b_rank_ops), for D ranks with v stages each (stage = chunk*D + r).
  *
  * Micro-batches go in rounds: rounds = max(1, m / D), per = m / rounds, which must divide m
@@ -15,7 +15,7 @@
  * (1F1B's first-rank peak). Idle steps of PyTorch's lists (None) are not kept: the builder's
  * dependencies make a rank wait where PyTorch pads.
  */
-#include "src/sched_gen.h"
+#include "src/sched/gen.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -109,3 +109,30 @@ int ps_gen_looped_bfs(const struct ps_spec *spec, int S, int m, int v, struct ps
     }
     return 0;
 }
+
+/* ---- rows of the schedule table (schedule.h) ------------------------------------------------- */
+
+static int plan_looped_bfs(const struct ps_spec *spec, const struct ps_variant *v,
+                           struct ps_plan *out, struct ps_diag *diag)
+{
+    return ps_gen_looped_bfs(spec, spec->n_partitions, v->mb_count, v->virtual_stages, out, diag);
+}
+
+static int plan_interleaved_zb(const struct ps_spec *spec, const struct ps_variant *v,
+                               struct ps_plan *out, struct ps_diag *diag)
+{
+    return ps_gen_rounds(spec, spec->n_partitions, v->mb_count, v->virtual_stages, true, out,
+                         diag);
+}
+
+const struct ps_schedule_ops ps_sched_looped_bfs = {
+    .name = "looped-bfs",
+    .plan = plan_looped_bfs,
+    .virtual_stages = true,
+};
+
+const struct ps_schedule_ops ps_sched_interleaved_zb = {
+    .name = "interleaved-zb",
+    .plan = plan_interleaved_zb,
+    .virtual_stages = true,
+};

@@ -1,4 +1,4 @@
-/* sched_zbh2: ZB-H2 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, section 3.1).
+/* sched/zbh2: ZB-H2 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, section 3.1).
  *
  * ZB-H2 lets every rank keep up to 2D-1 micro-batches alive (the paper's (2p-1) M_B memory) so
  * that extra forwards fill the warm-up bubble before the first backward arrives, and moves the
@@ -17,7 +17,7 @@
  * synchronised (the parallelograms of consecutive iterations interlock); one synchronised
  * iteration keeps the D-1 steps of skew.
  */
-#include "src/sched_gen.h"
+#include "src/sched/gen.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -62,3 +62,25 @@ int ps_gen_zbh2(const struct ps_spec *spec, int S, int m, struct ps_plan *p, str
     free(fe), free(be), free(nf), free(nb), free(nw);
     return 0;
 }
+
+/* ---- row of the schedule table (schedule.h) -------------------------------------------------- */
+
+static int plan(const struct ps_spec *spec, const struct ps_variant *v, struct ps_plan *out,
+                struct ps_diag *diag)
+{
+    return ps_gen_zbh2(spec, spec->n_partitions, v->mb_count, out, diag);
+}
+
+/* the paper's m (f + b + w) + (S - 1) max(f, f + b - 2w), exact for f = b = w */
+static double makespan(int m, int S, int vs, double f, double b, double w)
+{
+    (void)vs;
+    double tail = f + b - 2 * w;
+    return m * (f + b + w) + (S - 1) * (f > tail ? f : tail);
+}
+
+const struct ps_schedule_ops ps_sched_zbh2 = {
+    .name = "zb-h2",
+    .plan = plan,
+    .makespan = makespan,
+};
