@@ -2,6 +2,7 @@
 #include "src/trace.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,6 +29,9 @@ int ps_trace_add(struct ps_trace *t, uint32_t node, int32_t device, int32_t stre
     r->start_us = start_us;
     r->dur_us = dur_us;
     r->name = NULL;
+    r->cpu_start_us = r->cpu_dur_us = NAN;
+    r->lane_device = -1;
+    r->lane_stream = -1;
     if (name && !(r->name = strdup(name))) return -ENOMEM;
     t->n++;
     return 0;

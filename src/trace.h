@@ -21,6 +21,10 @@ struct ps_trace_rec {
     double start_us;
     double dur_us;
     char *name;        /* owned; NULL means the graph node's name */
+    /* measured traces only (trace_read.h); ps_trace_add sets NaN and -1 */
+    double cpu_start_us, cpu_dur_us; /* the host-side range that issued the work */
+    int32_t lane_device;             /* GPU the task's kernels and copies ran on, -1 = none */
+    int64_t lane_stream;             /* CUDA stream they ran on (the first one), -1 = none */
 };
 
 struct ps_trace {

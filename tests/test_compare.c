@@ -619,9 +619,16 @@ static void test_kineto_layout(void **state)
     assert_int_equal(t.r[0].node, f.g->fwd[0]);
     assert_true(t.r[0].start_us == 0 && t.r[0].dur_us == 12.5);
     assert_int_equal(t.r[1].node, f.g->bwd[0]);
-    assert_true(t.r[1].start_us == 100 && t.r[1].dur_us == 35); /* cpu range + gpu range */
+    /* B(0,0): host range [200, 230], gpu_user_annotation [205, 235] on stream 7 of GPU 0 (file
+       times minus the first task's 100): measured on the device, the host range kept */
+    assert_true(t.r[1].start_us == 105 && t.r[1].dur_us == 30);
+    assert_true(t.r[1].cpu_start_us == 100 && t.r[1].cpu_dur_us == 30);
+    assert_int_equal(t.r[1].lane_device, 0);
+    assert_int_equal(t.r[1].lane_stream, 7);
+    assert_true(isnan(t.r[0].cpu_start_us) == 0 && t.r[0].lane_stream == -1);
     assert_int_equal(in.n_merged, 1);
-    assert_int_equal(in.n_threads, 3);
+    assert_int_equal(in.n_gpu_tasks, 1);
+    assert_int_equal(in.n_threads, 2); /* host threads that ran tasks: 4250 (F), 4242 (B) */
     ps_trace_read_info_finish(&in);
     ps_trace_finish(&t);
     fx_free(&f);
