@@ -1,11 +1,14 @@
 /* pipescope compare: a measured timeline against the simulation of the same spec.
  *
- *   compare SPEC --measured TRACE [--simulated TRACE] [--costs FILE]
+ *   compare SPEC --measured TRACE... [--simulated TRACE] [--costs FILE]
  *                [--tolerance makespan=0.2,task=0.5[,start=0.1]] [--calibrate COSTS.json]
  *                [--unit sample|micro_batch] [--json FILE] [--svg FILE] [--dot FILE]
  *
  * TRACE is a Chrome trace: one written by pipescope (`run --trace`, `simulate --trace`) or by
- * the PyTorch profiler with task-named ranges (examples/PROFILER.md). Without --simulated the
+ * the PyTorch profiler (examples/PROFILER.md): ranges named F(i,j)..., PyTorch pipelining's
+ * PP:<stage><action><mb> or fairscale's chunk<i>-part<j>; .json or .json.gz. --measured may be
+ * repeated and may name a folder: one file per rank, put on one clock (src/trace_read.h); a
+ * large file is read with progress on stderr. Without --simulated the
  * spec is simulated here (its costs, or --costs). Prints makespan error, per-task start and
  * duration errors, order inversions, dependency violations, bubble, recompute overhead and
  * copy/compute overlap; --svg draws measured lanes above simulated lanes on one time axis,
@@ -16,6 +19,7 @@
  * dependency), 2 bad input or usage.
  */
 #include <errno.h>
+#include <sys/stat.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,12 +28,72 @@
 #include "src/cli/simrun.h"
 #include "viz/viz.h"
 
+struct progress {
+    const struct ps_cli *cli;
+    int last_pct;
+    uint32_t last_file;
+};
+
+/* "reading rank1.json.gz: 412 MiB (40%)" every 10% of a file of 64 MiB or more */
+static void on_progress(void *ctx, uint32_t file, const char *path, uint64_t bytes,
+                        uint64_t done, uint64_t size)
+{
+    struct progress *p = ctx;
+    if (p->cli->verbosity < 0 || size < ((uint64_t)64 << 20)) return;
+    if (file != p->last_file) p->last_file = file, p->last_pct = 0;
+    int pct = (int)(100.0 * (double)done / (double)size);
+    if (pct < p->last_pct + 10) return;
+    p->last_pct = pct - pct % 10;
+    fprintf(stderr, "compare: reading %s: %llu MiB of text (%d%% of the file)\n", path,
+            (unsigned long long)(bytes >> 20), pct);
+}
+
+/* --measured values: files, or folders expanded to their trace files */
+struct paths {
+    char **v;
+    uint32_t n;
+};
+
+static int add_measured(struct paths *p, const char *arg, struct ps_diag *d)
+{
+    struct stat st;
+    char **list = NULL;
+    uint32_t n = 0;
+    if (stat(arg, &st) == 0 && S_ISDIR(st.st_mode)) {
+        int rc = ps_trace_list_folder(arg, &list, &n, d);
+        if (rc) return rc;
+    } else {
+        list = malloc(sizeof(*list));
+        if (!list || !(list[0] = strdup(arg))) {
+            free(list);
+            return ps_diag_set(d, -ENOMEM, arg, "out of memory");
+        }
+        n = 1;
+    }
+    char **q = realloc(p->v, (p->n + n) * sizeof(*q));
+    if (!q) {
+        for (uint32_t k = 0; k < n; k++) free(list[k]);
+        free(list);
+        return ps_diag_set(d, -ENOMEM, arg, "out of memory");
+    }
+    p->v = q;
+    memcpy(p->v + p->n, list, n * sizeof(*list));
+    p->n += n;
+    free(list);
+    return 0;
+}
+
 int ps_cmd_compare(struct ps_cli *cli)
 {
-    const char *meas_path = NULL, *sim_path = NULL, *tol_s = NULL, *cal_path = NULL,
+    const char *meas_path = NULL, *meas_arg[64], *sim_path = NULL, *tol_s = NULL, *cal_path = NULL,
                *costs_path = NULL, *dot = NULL, *unit = "sample", *v;
+    int n_meas = 0;
     for (int k = 0; k < cli->argc; k++) {
-        if ((v = ps_cli_arg(cli, &k, "--measured"))) meas_path = v;
+        if ((v = ps_cli_arg(cli, &k, "--measured"))) {
+            if (n_meas >= 64) return ps_cli_usage(cli, "--measured: at most 64 (use a folder)");
+            if (!*v) return ps_cli_usage(cli, "--measured TRACE is required");
+            meas_arg[n_meas++] = meas_path = v;
+        }
         else if ((v = ps_cli_arg(cli, &k, "--simulated"))) sim_path = v;
         else if ((v = ps_cli_arg(cli, &k, "--tolerance"))) tol_s = v;
         else if ((v = ps_cli_arg(cli, &k, "--calibrate"))) cal_path = v;
@@ -69,6 +133,7 @@ int ps_cmd_compare(struct ps_cli *cli)
     struct ps_calib cal;
     memset(&cal, 0, sizeof(cal));
     double *errs = NULL;
+    struct paths mp = {0};
     int code = PS_EXIT_OK;
     char why[2048] = "";
 
@@ -85,7 +150,14 @@ int ps_cmd_compare(struct ps_cli *cli)
         goto out;
     }
     const struct ps_graph *g = run.g;
-    if (ps_trace_read(meas_path, g, &tm, &info, &d)) {
+    for (int k = 0; k < n_meas; k++)
+        if (add_measured(&mp, meas_arg[k], &d)) {
+            code = ps_cli_fail(&d, PS_EXIT_INPUT);
+            goto out;
+        }
+    struct progress pr = {cli, 0, 0};
+    struct ps_trace_read_opts ro = {on_progress, &pr};
+    if (ps_trace_read_files((const char *const *)mp.v, mp.n, g, &ro, &tm, &info, &d)) {
         code = ps_cli_fail(&d, PS_EXIT_INPUT);
         goto out;
     }
@@ -115,11 +187,12 @@ int ps_cmd_compare(struct ps_cli *cli)
     if (!quiet) {
         char line[256];
         printf("compare: %s (%s)\n", spec->path, spec->name ? spec->name : "");
-        printf("  measured:  %s (%s trace, %u tasks mapped: %u by id, %u by name; %u events "
+        printf("  measured:  %s%s (%s trace, %u tasks mapped: %u by id, %u by name; %u events "
                "ignored)\n",
-               meas_path, info.pipescope ? ps_trace_source_name(tm.source) : info.kineto ? "kineto" : "profiler",
+               mp.n > 1 ? "" : meas_path, mp.n > 1 ? "several files" : "", info.pipescope ? ps_trace_source_name(tm.source) : info.kineto ? "kineto" : "profiler",
                tm.n - cmp.n_unmatched, info.n_by_id, info.n_by_name,
                info.n_ignored);
+        ps_trace_info_print(stdout, &info);
         printf("  simulated: %s\n",
                sim_path ? sim_path
                         : costs ? (costs_path ? costs_path : spec->costs) : "from the spec (roofline costs)");
@@ -171,6 +244,8 @@ int ps_cmd_compare(struct ps_cli *cli)
     }
     code = exceeded ? PS_EXIT_FOUND : PS_EXIT_OK;
 out:
+    for (uint32_t k = 0; k < mp.n; k++) free(mp.v[k]);
+    free(mp.v);
     free(errs);
     ps_calib_finish(&cal);
     ps_compare_finish(&cmp);

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "viz/viz.h"
@@ -140,6 +141,43 @@ static cJSON *times(double start, double dur)
     return o;
 }
 
+void ps_trace_info_print(FILE *f, const struct ps_trace_read_info *in)
+{
+    fprintf(f, "  names: %u pipescope, %u PyTorch pipelining (PP:), %u fairscale (chunk-part)",
+            in->n_pipescope_names, in->n_pytorch, in->n_fairscale);
+    if (in->n_by_id) fprintf(f, ", %u by node id", in->n_by_id);
+    if (in->n_pytorch_other)
+        fprintf(f, "; %u PyTorch communication/sharding actions (not tasks)", in->n_pytorch_other);
+    fputc('\n', f);
+    if (in->n_rank_mismatch)
+        fprintf(f, "  warning: %u PP: ranges ran on a rank that is not their stage's device in the "
+                   "spec (pipeline.devices)\n",
+                in->n_rank_mismatch);
+    for (uint32_t k = 0; k < in->n_names && k < 8; k++)
+        fprintf(f, "  not mapped: %s: %s\n", in->unmatched[k], in->unmatched_why[k]);
+    if (in->n_unmatched > 8) fprintf(f, "  not mapped: %u more\n", in->n_unmatched - 8);
+    if (in->n_gpu_ops || in->n_gpu_tasks)
+        fprintf(f, "  gpu: %u tasks measured on the device (%u on several streams); %u of %u "
+                   "kernels/copies attributed to a task range by correlation id\n",
+                in->n_gpu_tasks, in->n_multi_stream, in->n_gpu_attributed, in->n_gpu_ops);
+    if (in->n_files > 1) {
+        fprintf(f, "  files: %u, put on one clock by", in->n_files);
+        bool base = true;
+        for (uint32_t k = 0; k < in->n_files; k++) base &= in->files[k].has_base;
+        fprintf(f, "%s %u cross-file dependencies; residual clock skew %.3f us%s\n",
+                base ? " baseTimeNanoseconds and" : "", in->n_cross_edges, in->residual_skew_us,
+                in->clocks_inconsistent ? " (the dependencies contradict each other: not applied)"
+                                        : "");
+        for (uint32_t k = 0; k < in->n_files; k++) {
+            const struct ps_trace_file_info *fi = &in->files[k];
+            char r[32] = "no rank";
+            if (fi->has_rank) snprintf(r, sizeof(r), "rank %lld", (long long)fi->rank);
+            fprintf(f, "    %s (%s): %u tasks, offset %.3f us + skew %.3f us\n", fi->path, r,
+                    fi->n_tasks, fi->base_offset_us, fi->skew_us);
+        }
+    }
+}
+
 cJSON *ps_cmp_json(const struct ps_graph *g, const struct ps_compare *c,
                    const struct ps_trace *meas, const struct ps_trace_read_info *info,
                    const struct ps_tolerance *tol, int exceeded, const char *why)
@@ -154,6 +192,12 @@ cJSON *ps_cmp_json(const struct ps_graph *g, const struct ps_compare *c,
     ps_json_add_int(o, "aligned", c->n_aligned);
     ps_json_add_int(o, "simulated_only", c->n_sim_only);
     ps_json_add_int(o, "measured_only", c->n_meas_only);
+    uint32_t *mix = malloc(((size_t)g->n_nodes + 1) * sizeof(uint32_t)); /* node -> record */
+    if (mix) {
+        for (uint32_t v = 0; v < g->n_nodes; v++) mix[v] = UINT32_MAX;
+        for (uint32_t k = meas->n; k-- > 0;)
+            if (meas->r[k].node < g->n_nodes) mix[meas->r[k].node] = k;
+    }
     cJSON *ts = cJSON_AddArrayToObject(o, "tasks");
     for (uint32_t k = 0; k < c->n_tasks; k++) {
         const struct ps_compare_task *t = &c->tasks[k];
@@ -161,7 +205,18 @@ cJSON *ps_cmp_json(const struct ps_graph *g, const struct ps_compare *c,
         ps_json_add_string(x, "task", ps_node_name(g, t->node, nm, sizeof(nm)));
         ps_json_add_int(x, "node", t->node);
         cJSON_AddItemToObject(x, "simulated", times(t->sim_start, t->sim_dur));
-        cJSON_AddItemToObject(x, "measured", times(t->meas_start, t->meas_dur));
+        cJSON *mj = times(t->meas_start, t->meas_dur);
+        const struct ps_trace_rec *mr = mix && mix[t->node] != UINT32_MAX ? &meas->r[mix[t->node]] : NULL;
+        if (mj && mr && isfinite(mr->cpu_start_us) && isfinite(mr->start_us)) {
+            cJSON *h = cJSON_AddObjectToObject(mj, "host");
+            ps_json_add_number(h, "start_us", t->meas_start + (mr->cpu_start_us - mr->start_us));
+            ps_json_add_number(h, "dur_us", mr->cpu_dur_us);
+        }
+        if (mj && mr && mr->lane_stream >= 0) {
+            ps_json_add_int(mj, "gpu", mr->lane_device);
+            ps_json_add_int(mj, "cuda_stream", mr->lane_stream);
+        }
+        cJSON_AddItemToObject(x, "measured", mj);
         if (isfinite(t->start_err)) {
             ps_json_add_number(x, "start_error_us", t->start_err);
             ps_json_add_number(x, "dur_error_us", t->dur_err);
@@ -169,6 +224,7 @@ cJSON *ps_cmp_json(const struct ps_graph *g, const struct ps_compare *c,
         }
         cJSON_AddItemToArray(ts, x);
     }
+    free(mix);
     cJSON *um = cJSON_AddArrayToObject(o, "unmatched_measured");
     for (uint32_t k = 0; k < meas->n; k++)
         if (meas->r[k].node >= g->n_nodes)
@@ -229,6 +285,45 @@ cJSON *ps_cmp_json(const struct ps_graph *g, const struct ps_compare *c,
         ps_json_add_int(rd, "merged", info->n_merged);
         ps_json_add_int(rd, "ignored", info->n_ignored);
         ps_json_add_int(rd, "unmatched", info->n_unmatched);
+        cJSON *nmj = cJSON_AddObjectToObject(rd, "names");
+        ps_json_add_int(nmj, "pipescope", info->n_pipescope_names);
+        ps_json_add_int(nmj, "pytorch", info->n_pytorch);
+        ps_json_add_int(nmj, "fairscale", info->n_fairscale);
+        ps_json_add_int(nmj, "pytorch_other_actions", info->n_pytorch_other);
+        ps_json_add_int(nmj, "pytorch_rank_mismatch", info->n_rank_mismatch);
+        cJSON *whyj = cJSON_AddArrayToObject(rd, "unmatched_why");
+        for (uint32_t k = 0; k < info->n_names; k++) {
+            cJSON *x = cJSON_CreateObject();
+            ps_json_add_string(x, "name", info->unmatched[k]);
+            ps_json_add_string(x, "why", info->unmatched_why[k]);
+            cJSON_AddItemToArray(whyj, x);
+        }
+        cJSON *gp = cJSON_AddObjectToObject(rd, "gpu");
+        ps_json_add_int(gp, "runtime_calls", info->n_launches);
+        ps_json_add_int(gp, "gpu_ops", info->n_gpu_ops);
+        ps_json_add_int(gp, "gpu_ops_attributed", info->n_gpu_attributed);
+        ps_json_add_int(gp, "tasks_on_gpu", info->n_gpu_tasks);
+        ps_json_add_int(gp, "tasks_on_several_streams", info->n_multi_stream);
+        cJSON *fl = cJSON_AddArrayToObject(rd, "files");
+        for (uint32_t k = 0; k < info->n_files; k++) {
+            const struct ps_trace_file_info *fi = &info->files[k];
+            cJSON *x = cJSON_CreateObject();
+            ps_json_add_string(x, "path", fi->path);
+            if (fi->has_rank) ps_json_add_int(x, "rank", fi->rank);
+            if (fi->world_size > 0) ps_json_add_int(x, "world_size", fi->world_size);
+            if (fi->has_base) ps_json_add_int(x, "base_time_ns", fi->base_ns);
+            ps_json_add_int(x, "bytes", (int64_t)fi->bytes);
+            ps_json_add_int(x, "events", (int64_t)fi->n_elements);
+            ps_json_add_int(x, "tasks", fi->n_tasks);
+            ps_json_add_number(x, "base_offset_us", fi->base_offset_us);
+            ps_json_add_number(x, "skew_correction_us", fi->skew_us);
+            cJSON_AddItemToArray(fl, x);
+        }
+        cJSON *ck = cJSON_AddObjectToObject(rd, "clocks");
+        ps_json_add_int(ck, "cross_file_edges", info->n_cross_edges);
+        ps_json_add_number(ck, "residual_skew_us", info->residual_skew_us);
+        ps_json_add_bool(ck, "consistent", !info->clocks_inconsistent);
+        if (info->clocks_inconsistent) ps_json_add_number(ck, "contradiction_us", info->inconsistency_us);
         cJSON *th = cJSON_AddArrayToObject(rd, "threads");
         for (uint32_t k = 0; k < info->n_threads; k++) {
             cJSON *x = cJSON_CreateObject();
@@ -236,6 +331,7 @@ cJSON *ps_cmp_json(const struct ps_graph *g, const struct ps_compare *c,
             ps_json_add_int(x, "tid", info->threads[k].tid);
             ps_json_add_int(x, "device", info->threads[k].device);
             ps_json_add_int(x, "tasks", info->threads[k].n_tasks);
+            if (info->n_files > 1) ps_json_add_int(x, "file", info->threads[k].file);
             cJSON_AddItemToArray(th, x);
         }
     }

@@ -23,6 +23,9 @@ const char *ps_cmp_oneline(const struct ps_compare *c, char *buf, int len);
 cJSON *ps_cmp_json(const struct ps_graph *g, const struct ps_compare *c,
                    const struct ps_trace *meas, const struct ps_trace_read_info *info,
                    const struct ps_tolerance *tol, int exceeded, const char *why);
+/* The reader's account: names per convention, what was not mapped and why, GPU attribution,
+ * files and clocks (indented two spaces). */
+void ps_trace_info_print(FILE *f, const struct ps_trace_read_info *in);
 /* {"fitted": ..., "costs": ..., "before": ..., "after": ...} of a calibration. */
 cJSON *ps_calib_json(const struct ps_calib *cal, const struct ps_compare *before,
                      const struct ps_compare *after);
