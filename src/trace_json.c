@@ -11,6 +11,7 @@
  *       cJSON parses each element alone and is the judge of its validity.
  */
 #include "src/trace_json.h"
+#include "src/file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -19,17 +20,14 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
-#define CHUNK ((size_t)1 << 20)
+#define CHUNK ((size_t)1 << 16)
 #define NO_MARK ((size_t)-1)
 
 struct tj {
     const char *name;
-    gzFile gz;
+    struct ps_file_in in; /* the file (src/file.h: bounded, gzip on the fly); buf aliases its text */
     bool is_file;
-    const char *mem;
-    size_t mem_len, mem_off;
     char *buf;
     size_t len, pos, cap, mark;
     bool eof;
@@ -61,76 +59,40 @@ static int syntax(struct tj *t, size_t p, const char *what)
 static void compact(struct tj *t)
 {
     size_t keep = t->mark != NO_MARK && t->mark < t->pos ? t->mark : t->pos;
-    if (!keep) return;
+    if (!keep || !t->is_file || keep < t->len / 2) return;
     for (size_t k = 0; k < keep; k++)
         if (t->buf[k] == '\n') t->nl0++, t->bol0 = t->off0 + k + 1;
-    memmove(t->buf, t->buf + keep, t->len - keep);
+    memmove(t->buf, t->buf + keep, t->len - keep + 1); /* with the NUL */
     t->len -= keep;
+    t->in.len = t->len;
     t->pos -= keep;
     if (t->mark != NO_MARK) t->mark -= keep;
     t->off0 += keep;
 }
 
-/* zlib's message without its "<fd:N>: " prefix */
-static const char *gzmsg(const char *m)
-{
-    if (!m || !*m) return "zlib error";
-    if (m[0] == '<') {
-        const char *c = strstr(m, ">: ");
-        if (c) return c + 3;
-    }
-    return m;
-}
-
 /* Reads more text. Returns 1 when bytes were added, 0 at the end, < 0 on error. */
 static int fill(struct tj *t)
 {
-    if (t->eof) return 0;
+    if (t->eof || !t->is_file) {
+        t->eof = true;
+        return 0;
+    }
     compact(t);
-    if (t->cap - t->len < CHUNK) {
-        size_t held = t->len;
-        if (t->mark != NO_MARK && held > t->max_el + CHUNK)
-            return ps_diag_set(t->d, -E2BIG, t->name, "internal: element buffer over its bound");
-        size_t c = t->len + CHUNK + 1;
-        char *q = realloc(t->buf, c);
-        if (!q) return ps_diag_set(t->d, -ENOMEM, t->name, "out of memory");
-        t->buf = q;
-        t->cap = c;
-    }
-    size_t room = t->cap - t->len - 1, got = 0;
-    if (t->gz) {
-        int r = gzread(t->gz, t->buf + t->len, (unsigned)(room < CHUNK ? room : CHUNK));
-        if (r < 0) {
-            int e;
-            const char *m = gzerror(t->gz, &e);
-            if (e == Z_ERRNO)
-                return ps_diag_set(t->d, -(errno ? errno : EIO), t->name, "cannot read: %s",
-                                   strerror(errno ? errno : EIO));
-            return ps_diag_set(t->d, -EINVAL, t->name, "corrupt gzip stream (%s)", gzmsg(m));
-        }
-        got = (size_t)r;
-    } else {
-        got = t->mem_len - t->mem_off;
-        if (got > room) got = room;
-        if (got > CHUNK) got = CHUNK;
-        memcpy(t->buf + t->len, t->mem + t->mem_off, got);
-        t->mem_off += got;
-    }
-    if (!got && t->gz) { /* a truncated gzip stream ends without an error from gzread */
-        int e;
-        const char *m = gzerror(t->gz, &e);
-        if (e != Z_OK && e != Z_STREAM_END)
-            return ps_diag_set(t->d, -EINVAL, t->name, "corrupt gzip stream (%s)", gzmsg(m));
-    }
+    size_t before = t->in.len;
+    int rc = ps_file_fill(&t->in, t->in.len + CHUNK, t->d);
+    t->buf = t->in.text;
+    t->len = t->in.len;
+    if (rc) return rc;
+    size_t got = t->in.len - before;
     if (!got) {
         t->eof = true;
         return 0;
     }
-    t->len += got;
     t->meta->bytes += got;
     if (t->opts && t->opts->progress && t->meta->bytes >= t->next_progress) {
-        uint64_t done = t->is_file ? (uint64_t)gzoffset(t->gz) : t->mem_off;
-        t->opts->progress(t->opts->progress_ctx, t->meta->bytes, done, t->file_size);
+        bool gz = t->in.z != NULL; /* on-disk progress is known for plain files only */
+        t->opts->progress(t->opts->progress_ctx, t->meta->bytes, gz ? 0 : t->off0 + t->len,
+                          gz ? 0 : t->file_size);
         t->next_progress = t->meta->bytes + ((uint64_t)16 << 20);
     }
     return 1;
@@ -399,16 +361,14 @@ static int run(struct tj *t, const char *name, const struct ps_tj_opts *opts, ps
     t->meta = meta;
     t->d = d;
     t->next_progress = (uint64_t)16 << 20;
-    int rc = document(t, fn, ctx);
-    free(t->buf);
-    t->buf = NULL;
-    return rc;
+    return document(t, fn, ctx);
 }
 
 int ps_tj_read_mem(const char *buf, size_t len, const char *name, const struct ps_tj_opts *opts,
                    ps_tj_event_fn fn, void *ctx, struct ps_tj_meta *meta, struct ps_diag *d)
 {
-    struct tj t = {.mem = buf, .mem_len = len, .file_size = len};
+    /* the whole text is there: the tokenizer only reads it (J1's dropping is for files) */
+    struct tj t = {.buf = (char *)buf, .len = len, .eof = true, .file_size = len};
     return run(&t, name, opts, fn, ctx, meta, d);
 }
 
@@ -417,23 +377,19 @@ int ps_tj_read_file(const char *path, const char *name, const struct ps_tj_opts 
 {
     if (!name) name = path;
     memset(meta, 0, sizeof(*meta));
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ps_diag_set(d, -errno, name, "cannot open: %s", strerror(errno));
-    struct tj t = {0};
-    struct stat st = {0};
-    if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
-        close(fd);
-        return ps_diag_set(d, -EISDIR, name, "cannot read: %s", strerror(EISDIR));
-    }
-    if (S_ISREG(st.st_mode)) t.file_size = st.st_size > 0 ? (uint64_t)st.st_size : 0;
-    t.gz = gzdopen(fd, "rb");
-    if (!t.gz) {
-        close(fd);
-        return ps_diag_set(d, -ENOMEM, name, "out of memory");
-    }
-    gzbuffer(t.gz, 1 << 17);
-    t.is_file = true;
-    int rc = run(&t, name, opts, fn, ctx, meta, d);
-    gzclose(t.gz);
+    struct tj t = {.is_file = true};
+    /* factor: what is kept per byte of text is the callback's (counted there); the text held
+       is about one element, so the file itself is never the limit */
+    struct ps_file_opts fo = {.factor = 0.25, .gzip = true};
+    int rc = ps_file_open(&t.in, path, &fo, d);
+    if (rc) return rc;
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) t.file_size = (uint64_t)st.st_size;
+    t.buf = t.in.text;
+    t.len = t.in.len;
+    meta->bytes = t.len;
+    rc = run(&t, name, opts, fn, ctx, meta, d);
+    if (!rc) meta->bytes = t.off0 + t.len;
+    ps_file_close(&t.in, false);
     return rc;
 }

@@ -12,7 +12,8 @@
  * (distributedInfo, baseTimeNanoseconds, otherData); all others are skipped without being
  * stored. Memory is the buffer of the largest single element (at most PS_TJ_MAX_ELEMENT) plus
  * what the callback keeps, whatever the file is: a regular file, a FIFO, a device, or a gzip
- * stream (zlib reads .gz and plain files alike, so `trace.json.gz` is read directly).
+ * stream. Bytes come through src/file.h (the one bounded input reader, gzip decompressed on the
+ * fly), so `trace.json.gz` is read directly.
  *
  * Errors name the file and where: "t.json:3:17: not valid JSON" (line and column of the
  * uncompressed text), "t.json: traceEvents[12]: an event of more than 16 MiB", "t.json: trailing
@@ -47,8 +48,8 @@ struct ps_tj_meta {
 /* Called for each element of traceEvents (k = its index); a non-zero return stops reading and
  * is returned (the callback fills diag). The element is freed after the call. */
 typedef int (*ps_tj_event_fn)(void *ctx, uint64_t k, const cJSON *ev, struct ps_diag *d);
-/* Progress: uncompressed bytes read so far, and the file's size on disk (compressed bytes for a
- * .gz, 0 when unknown) with the compressed bytes consumed so far. */
+/* Progress: uncompressed bytes read so far; for a plain regular file also the bytes of it
+ * consumed and its size (both 0 for a gzip stream or a pipe, whose total is unknown). */
 typedef void (*ps_tj_progress_fn)(void *ctx, uint64_t bytes, uint64_t file_done,
                                   uint64_t file_size);
 

@@ -34,18 +34,26 @@ struct progress {
     uint32_t last_file;
 };
 
-/* "reading rank1.json.gz: 412 MiB (40%)" every 10% of a file of 64 MiB or more */
+/* "reading rank1.json: 412 MiB (40%)" every 10% once 64 MiB were read */
 static void on_progress(void *ctx, uint32_t file, const char *path, uint64_t bytes,
                         uint64_t done, uint64_t size)
 {
     struct progress *p = ctx;
-    if (p->cli->verbosity < 0 || size < ((uint64_t)64 << 20)) return;
+    if (p->cli->verbosity < 0 || bytes < ((uint64_t)64 << 20)) return;
     if (file != p->last_file) p->last_file = file, p->last_pct = 0;
-    int pct = (int)(100.0 * (double)done / (double)size);
-    if (pct < p->last_pct + 10) return;
-    p->last_pct = pct - pct % 10;
-    fprintf(stderr, "compare: reading %s: %llu MiB of text (%d%% of the file)\n", path,
-            (unsigned long long)(bytes >> 20), pct);
+    if (size) { /* a plain file: every 10% */
+        int pct = (int)(100.0 * (double)done / (double)size);
+        if (pct < p->last_pct + 10) return;
+        p->last_pct = pct - pct % 10;
+        fprintf(stderr, "compare: reading %s: %llu MiB (%d%%)\n", path,
+                (unsigned long long)(bytes >> 20), pct);
+    } else { /* gzip or a pipe: every 256 MiB of text */
+        int step = (int)(bytes >> 28);
+        if (step <= p->last_pct) return;
+        p->last_pct = step;
+        fprintf(stderr, "compare: reading %s: %llu MiB of text\n", path,
+                (unsigned long long)(bytes >> 20));
+    }
 }
 
 /* --measured values: files, or folders expanded to their trace files */
