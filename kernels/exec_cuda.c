@@ -11,18 +11,22 @@
  *
  * Ordering: the host issues every node of the ps_order from this one thread, in order (forward:
  * host order with the tick barrier; backward: the engine order). A node with device work runs
- * on its graph stream; fork/join/loss' and the no-op r(i,j) are transparent (no stream). For
- * every DATA/PHONY edge u -> v the executor looks through transparent nodes to the nodes that
- * did the work, and when such a producer runs on another stream than v:
+ * on its graph stream; fork/join/loss' do no device work. Which earlier work a node waits for on
+ * the device is src/waits.h's plan, the one the simulator times: wait nodes wait for the last
+ * node issued on the stream they name, a copy is a two-way barrier with the destination copy
+ * stream, and a backward node waits for the producers of the real gradients it consumes on
+ * other streams. Phony and host edges make no stream wait (SEMANTICS.md sections 2-3):
  *
  *     producer u on stream A:  ... work(u) ... cudaEventRecord(ev[u], A)
  *     consumer v on stream B:  cudaStreamWaitEvent(B, ev[u]) ... work(v) ...
  *
  * Invariants:
- *   X1. One cudaEvent per node that has a consumer on another stream, and a wait per such edge;
- *       nothing else orders streams: no device-wide or stream synchronisation inside a step.
- *       (The issue order is topological, so every wait follows its event's record.)
- *   X2. Same-stream edges need nothing: a stream runs in issue order.
+ *   X1. One cudaEvent per node that some node of another stream waits for in the plan, and one
+ *       cudaStreamWaitEvent per planned wait; nothing else orders streams: no device-wide or
+ *       stream synchronisation inside a step. (Waits point backwards in the issue order, so every
+ *       wait follows its event's record.) A no-op node with a stream (r(i,j)) still waits and
+ *       records where the plan says, so it keeps its place in its stream's order.
+ *   X2. Same-stream order needs nothing: a stream runs in issue order.
  *   X3. Between steps the host synchronises every GPU (to read the loss and the BN log), then
  *       refills the pinned input buffers.
  *   X4. With tracing, the last step's launches run under CUPTI with the node id pushed as
@@ -31,6 +35,11 @@
  *   X5. num_batches_tracked and the DeferredBatchNorm counters live on the host and change at
  *       issue time, exactly as on the CPU; the statistics themselves stay on the GPU, and each
  *       update's mean/var is written to a device log slot and fetched after the step.
+ *   X6. Buffers read on another stream are not rewritten before that read is ordered. The one
+ *       case the plan leaves open: the forward copy C(i,j->j+1) reads F(i,j)'s boundary output
+ *       and nothing orders R(i,j) after it (for the first recompute of a device, R runs as soon as
+ *       its stream is free; tests/test_waits.c shows the overlap), so a checkpointed task's
+ *       recompute writes its boundary output to its own buffer (rpact), which its backward reads.
  */
 #include "kernels/exec_cuda.h"
 #include "kernels/exec_priv.h"
@@ -43,6 +52,7 @@
 #include <time.h>
 
 #include "kernels/cuda/cuda.h"
+#include "src/waits.h"
 
 /* per (micro-batch, layer) tensors kept for backward, on the layer's device */
 struct saved {
@@ -85,6 +95,7 @@ struct xc {
     struct ps_cuda_blas **blas; /* per graph device (bound to its compute stream) */
     /* buffers, [(i * (L + 1)) + l] */
     float **act, **pact;     /* act: on the layer's device; pact: producer copy at boundaries */
+    float **rpact;           /* a checkpointed task's recomputed boundary output (X6) */
     float **grad, **pgrad;   /* grad: dL/dact on layer l's device; pgrad: copy at boundaries */
     struct saved *saved;     /* [i * L + l] */
     bool *live;              /* [i * L + l]: exec_cpu.c E1 */
@@ -108,6 +119,7 @@ struct xc {
 
 #define ACT(x, i, l) ((x)->act[(size_t)(i) * (size_t)((x)->L + 1) + (size_t)(l)])
 #define PACT(x, i, l) ((x)->pact[(size_t)(i) * (size_t)((x)->L + 1) + (size_t)(l)])
+#define RPACT(x, i, l) ((x)->rpact[(size_t)(i) * (size_t)((x)->L + 1) + (size_t)(l)])
 #define GRAD(x, i, l) ((x)->grad[(size_t)(i) * (size_t)((x)->L + 1) + (size_t)(l)])
 #define PGRAD(x, i, l) ((x)->pgrad[(size_t)(i) * (size_t)((x)->L + 1) + (size_t)(l)])
 #define SAVED(x, i, l) (&(x)->saved[(size_t)(i) * (size_t)(x)->L + (size_t)(l)])
@@ -127,10 +139,13 @@ static bool boundary(const struct xc *x, int l)
     return l > 0 && l < x->L && x->part_of[l] != x->part_of[l - 1];
 }
 
-/* where layer l writes its output / reads its output gradient */
-static float *out_buf(struct xc *x, int i, int l)
+/* where layer l writes its output / reads its output gradient. At a boundary the forward writes
+   the buffer the copy reads, and a recompute writes its own (X6); the backward of a checkpointed
+   task reads the recomputed one. */
+static float *out_buf(struct xc *x, int i, int l, bool recompute)
 {
-    return boundary(x, l + 1) ? PACT(x, i, l + 1) : ACT(x, i, l + 1);
+    if (!boundary(x, l + 1)) return ACT(x, i, l + 1);
+    return recompute && RPACT(x, i, l + 1) ? RPACT(x, i, l + 1) : PACT(x, i, l + 1);
 }
 
 static float *gout_buf(struct xc *x, int i, int l)
@@ -196,7 +211,7 @@ static int layer_forward(struct xc *x, int i, int l, bool grad, bool recompute, 
     struct ps_cuda_blas *blas = x->blas[dl->gdev];
     size_t n = (size_t)x->mb_size[i];
     const float *in = ACT(x, i, l);
-    float *y = out_buf(x, i, l);
+    float *y = out_buf(x, i, l, recompute);
     int rc = 0;
     switch (ly->op) {
     case PS_OP_LINEAR:
@@ -272,7 +287,7 @@ static int layer_backward(struct xc *x, int i, int l)
     ps_cuda_stream s = compute_stream(x, dl->gdev);
     struct ps_cuda_blas *blas = x->blas[dl->gdev];
     size_t n = (size_t)x->mb_size[i], cnt = n * (size_t)li->in_numel;
-    const float *in = ACT(x, i, l), *y = out_buf(x, i, l), *dy = gout_buf(x, i, l);
+    const float *in = ACT(x, i, l), *y = out_buf(x, i, l, true), *dy = gout_buf(x, i, l);
     float *dx = l > 0 ? GRAD(x, i, l) : NULL;
     int rc = 0;
     switch (ly->op) {
@@ -416,6 +431,8 @@ static int run_node(struct xc *x, uint32_t v)
 {
     const struct ps_node *nd = &x->g->nodes[v];
     int32_t st = x->xstream[v];
+    /* a no-op with a stream (r(i,j)) still waits and records where the plan says (X1) */
+    if (st < 0 && (x->ev[v] || x->wait_off[v + 1] > x->wait_off[v])) st = nd->stream;
     if (st < 0) return 0; /* transparent */
     int rc = use_gpu(x, stream_gpu(x, st));
     if (rc) return rc;
@@ -465,48 +482,19 @@ static int32_t exec_stream(const struct xc *x, uint32_t v)
     }
 }
 
-/* Producers with device work behind node u (u itself, or through transparent nodes). Appends
- * to out (dedup by mark[]), using an explicit stack. */
-static int frontier(const struct xc *x, uint32_t u, const struct ps_order *o, uint32_t *out,
-                    uint32_t *n_out, uint32_t *stack, uint32_t *mark, uint32_t stamp)
-{
-    const struct ps_graph *g = x->g;
-    uint32_t sp = 0;
-    stack[sp++] = u;
-    while (sp) {
-        uint32_t w = stack[--sp];
-        if (mark[w] == stamp) continue;
-        mark[w] = stamp;
-        if (o->pos[w] == UINT32_MAX) continue; /* never runs */
-        if (x->xstream[w] >= 0) {
-            out[(*n_out)++] = w;
-            continue;
-        }
-        for (uint32_t k = g->in_off[w]; k < g->in_off[w + 1]; k++) {
-            const struct ps_edge *e = &g->edges[g->in_edge[k]];
-            if (e->kind != PS_EDGE_DATA && e->kind != PS_EDGE_PHONY) continue;
-            if (mark[e->src] != stamp) stack[sp++] = e->src;
-        }
-    }
-    return 0;
-}
-
+/* The device waits of the order (src/waits.h, X1): per node, the nodes whose events it waits
+ * for, and an event for every node some other node waits for. */
 static int plan_waits(struct xc *x, const struct ps_order *o)
 {
     const struct ps_graph *g = x->g;
     uint32_t N = g->n_nodes;
+    struct ps_waits w = {0};
     x->xstream = malloc((size_t)N * sizeof(int32_t));
     x->ev = calloc(N, sizeof(ps_cuda_event));
     x->wait_off = calloc((size_t)N + 1, sizeof(uint32_t));
-    uint32_t *stack = malloc(((size_t)g->n_edges + N + 1) * sizeof(uint32_t));
-    uint32_t *fr = malloc(((size_t)N + 1) * sizeof(uint32_t));
-    uint32_t *mark = calloc(N, sizeof(uint32_t)); /* stamp v+1: visited for node v */
     bool *need = calloc(N, sizeof(bool));
-    uint32_t cap = 1024, nw = 0;
-    x->wait_node = malloc(cap * sizeof(uint32_t));
     int rc = 0;
-    if (!x->xstream || !x->ev || !x->wait_off || !stack || !fr || !mark || !need ||
-        !x->wait_node)
+    if (!x->xstream || !x->ev || !x->wait_off || !need)
         rc = ps_diag_set(x->d, -ENOMEM, "exec", "out of memory planning stream waits");
     for (uint32_t v = 0; !rc && v < N; v++) {
         x->xstream[v] = exec_stream(x, v);
@@ -523,35 +511,16 @@ static int plan_waits(struct xc *x, const struct ps_order *o)
                              (int)x->compute_of[gdev_of_part(x, nd->part)]);
         }
     }
+    if (!rc) rc = ps_waits_plan(g, o, &w, x->d);
+    if (!rc && !(x->wait_node = malloc(((size_t)w.n_waits + 1) * sizeof(uint32_t))))
+        rc = ps_diag_set(x->d, -ENOMEM, "exec", "out of memory planning stream waits");
+    uint32_t nw = 0;
     for (uint32_t v = 0; !rc && v < N; v++) {
         x->wait_off[v] = nw;
-        int32_t sv = x->xstream[v];
-        if (sv < 0 || o->pos[v] == UINT32_MAX) continue;
-        uint32_t nf = 0;
-        for (uint32_t k = g->in_off[v]; k < g->in_off[v + 1]; k++) {
-            const struct ps_edge *e = &g->edges[g->in_edge[k]];
-            if (e->kind != PS_EDGE_DATA && e->kind != PS_EDGE_PHONY) continue;
-            frontier(x, e->src, o, fr, &nf, stack, mark, v + 1);
-        }
-        for (uint32_t k = 0; k < nf; k++) {
-            uint32_t u = fr[k];
-            if (x->xstream[u] == sv) continue; /* X2 */
-            if (o->pos[u] > o->pos[v]) {
-                char a[64], b[64];
-                rc = ps_diag_set(x->d, -EINVAL, "exec",
-                                 "the order runs %s before its predecessor %s",
-                                 ps_node_name(g, v, a, sizeof(a)), ps_node_name(g, u, b, sizeof(b)));
-                break;
-            }
-            if (nw == cap) {
-                cap *= 2;
-                uint32_t *q = realloc(x->wait_node, cap * sizeof(uint32_t));
-                if (!q) {
-                    rc = ps_diag_set(x->d, -ENOMEM, "exec", "out of memory planning waits");
-                    break;
-                }
-                x->wait_node = q;
-            }
+        uint32_t k = o->pos[v];
+        if (k == UINT32_MAX) continue;
+        for (uint32_t q = w.off[k]; q < w.off[k + 1]; q++) {
+            uint32_t u = o->node[w.at[q]];
             x->wait_node[nw++] = u;
             need[u] = true;
         }
@@ -560,13 +529,11 @@ static int plan_waits(struct xc *x, const struct ps_order *o)
     x->n_waits = nw;
     for (uint32_t v = 0; !rc && v < N; v++) {
         if (!need[v]) continue;
-        rc = use_gpu(x, stream_gpu(x, x->xstream[v]));
+        rc = use_gpu(x, stream_gpu(x, g->nodes[v].stream));
         if (!rc) rc = ps_cuda_event_create(&x->ev[v], false, x->d);
         if (!rc) x->n_events++;
     }
-    free(stack);
-    free(fr);
-    free(mark);
+    ps_waits_finish(&w);
     free(need);
     return rc;
 }
@@ -650,6 +617,7 @@ static int setup_buffers(struct xc *x, const struct ps_data *dt)
     const struct ps_spec *spec = x->spec;
     x->act = calloc(na, sizeof(float *));
     x->pact = calloc(na, sizeof(float *));
+    x->rpact = calloc(na, sizeof(float *));
     x->grad = calloc(na, sizeof(float *));
     x->pgrad = calloc(na, sizeof(float *));
     x->saved = calloc(ns, sizeof(struct saved));
@@ -658,7 +626,7 @@ static int setup_buffers(struct xc *x, const struct ps_data *dt)
     x->loss_done = calloc((size_t)m, sizeof(bool));
     x->mb_off = calloc((size_t)m, sizeof(int64_t));
     x->h_loss = calloc((size_t)m, sizeof(double));
-    if (!x->act || !x->pact || !x->grad || !x->pgrad || !x->saved || !x->live || !x->lay ||
+    if (!x->act || !x->pact || !x->rpact || !x->grad || !x->pgrad || !x->saved || !x->live || !x->lay ||
         !x->loss_done ||
         !x->mb_off || !x->h_loss)
         return ps_diag_set(x->d, -ENOMEM, "exec", "out of memory");
@@ -751,6 +719,9 @@ static int setup_buffers(struct xc *x, const struct ps_data *dt)
             if (!rc && boundary(x, l)) {
                 int pg = x->lay[l - 1].gpu;
                 rc = dalloc(x, (void **)&PACT(x, i, l), bytes, pg);
+                uint32_t r = x->g->rec ? x->g->rec[(size_t)i * (size_t)x->n + (size_t)x->part_of[l - 1]]
+                                       : PS_NONE;
+                if (!rc && r != PS_NONE) rc = dalloc(x, (void **)&RPACT(x, i, l), bytes, pg);
                 if (!rc) rc = dalloc(x, (void **)&PGRAD(x, i, l), bytes, pg);
             }
         }
@@ -787,6 +758,7 @@ static void free_all(struct xc *x)
     for (size_t k = 0; k < na; k++) {
         if (x->act) ps_cuda_free(x->act[k]);
         if (x->pact) ps_cuda_free(x->pact[k]);
+        if (x->rpact) ps_cuda_free(x->rpact[k]);
         if (x->grad) ps_cuda_free(x->grad[k]);
         if (x->pgrad) ps_cuda_free(x->pgrad[k]);
     }
@@ -828,6 +800,7 @@ static void free_all(struct xc *x)
     for (int32_t s = 0; x->stream && s < g->n_streams; s++) ps_cuda_stream_destroy(x->stream[s]);
     free(x->act);
     free(x->pact);
+    free(x->rpact);
     free(x->grad);
     free(x->pgrad);
     free(x->saved);

@@ -501,14 +501,16 @@ static void unload(struct run *r)
     ps_spec_destroy(r->spec);
 }
 
-/* frontier of node u through nodes without device records (fork, join, loss', r) */
+/* the producers with device records of the tensors node v reads: DATA edges only, through nodes
+   without records (fork, join, waits, loss', r). Phony edges carry no tensor and order the host
+   only (SEMANTICS.md section 2), so the device need not follow them. */
 static void preds_with_records(const struct ps_graph *g, uint32_t v, const int32_t *rec,
                                uint32_t *out, uint32_t *n_out, uint32_t *stack, uint32_t *mark)
 {
     uint32_t sp = 0;
     for (uint32_t k = g->in_off[v]; k < g->in_off[v + 1]; k++) {
         const struct ps_edge *e = &g->edges[g->in_edge[k]];
-        if (e->kind == PS_EDGE_DATA || e->kind == PS_EDGE_PHONY) stack[sp++] = e->src;
+        if (e->kind == PS_EDGE_DATA) stack[sp++] = e->src;
     }
     while (sp) {
         uint32_t w = stack[--sp];
@@ -520,7 +522,7 @@ static void preds_with_records(const struct ps_graph *g, uint32_t v, const int32
         }
         for (uint32_t k = g->in_off[w]; k < g->in_off[w + 1]; k++) {
             const struct ps_edge *e = &g->edges[g->in_edge[k]];
-            if (e->kind == PS_EDGE_DATA || e->kind == PS_EDGE_PHONY) stack[sp++] = e->src;
+            if (e->kind == PS_EDGE_DATA) stack[sp++] = e->src;
         }
     }
 }
@@ -546,7 +548,7 @@ static void check_trace(const struct run *r, const struct ps_trace *t)
     for (uint32_t v = 0; v < g->n_nodes; v++)
         if (ps_node_is_task(&g->nodes[v]) && r->order.pos[v] != UINT32_MAX)
             assert_true(rec[v] >= 0);
-    /* events enforce the graph's order across streams */
+    /* events enforce every data dependency across streams */
     uint32_t *fr = malloc((g->n_nodes + 1) * sizeof(uint32_t));
     uint32_t *stack = malloc((g->n_edges + g->n_nodes + 1) * sizeof(uint32_t));
     uint32_t *mark = calloc(g->n_nodes, sizeof(uint32_t));
