@@ -223,9 +223,8 @@ static void load_one_stage(struct fx *f, const char *sched, const char *ckpt)
     if (!rc) rc = ps_model_build(f->spec, &f->model, &d);
     struct ps_variant o;
     if (!rc) ps_variant_from_spec(f->spec, &o);
-    if (!rc) rc = ps_graph_build(f->spec, f->model, &o, &f->g, &d);
-    if (!rc) rc = f->g->root != PS_NONE ? ps_engine_order(f->g, &f->o, &d)
-                                        : ps_schedule_order(f->g, &f->o, &d);
+    if (!rc) rc = ps_schedule_build(f->spec, f->model, &o, &f->g, &d);
+    if (!rc) rc = ps_schedule_order(f->g, &f->o, &d);
     if (rc) fprintf(stderr, "%s: %s\n", d.where, d.msg);
     assert_int_equal(rc, 0);
 }
