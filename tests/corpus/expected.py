@@ -419,8 +419,41 @@ def trace_no_tasks(d, t):
     ev = d["traceEvents"] if isinstance(d, dict) else d
     nx = sum(1 for e in ev if e.get("ph") == "X")
     return ("no event names a task of the graph (%d X events, none with args.task or a name such "
-            "as F(0,0)) (hint: name record_function ranges F(i,j), B(i,j), R(i,j): see "
-            "examples/PROFILER.md)" % nx)
+            "as %s) (hint: name record_function ranges F(i,j), B(i,j), R(i,j): see "
+            "examples/PROFILER.md)" % (nx, TASK_NAMES))
+
+
+# the task-name forms a trace may use (viz/REPORT.md): pipescope's, PyTorch pipelining's
+# record_function names and Megatron-style chunk names
+TASK_NAMES = "F(0,0), PP:0F0 or chunk0-part0"
+SMALL_PARTITIONS = 3  # examples/small-3x3.json: pipeline.balance [2, 2, 1]
+
+
+def trace_stage_out_of_range(d, t):
+    ev = d["traceEvents"]
+    nx = sum(1 for e in ev if e.get("ph") == "X")
+    bad = next(e["name"] for e in ev if e["name"].startswith("PP:")
+               and int(e["name"][3:].split("F")[0].split("B")[0].split("W")[0]) >= SMALL_PARTITIONS)
+    stage = int(bad[3:].split("F")[0])
+    return ("no event names a task of the graph (%d X events, none with args.task or a name such "
+            "as %s; some names are recognised but name no task of the spec's graph) (hint: %s: "
+            "stage %d, but the spec has %d (pipeline.balance))"
+            % (nx, TASK_NAMES, bad, stage, SMALL_PARTITIONS))
+
+
+def time_limit(k, field, what, bound):
+    """A time or duration outside what microseconds as a double can count exactly (2^53 us,
+    285 years), printed with 7 significant digits."""
+    return lambda d, t: "traceEvents[%d].%s: %s is not a %s in microseconds (%s must be below 2^53, 285 years)" % (
+        k, field, "%.7g" % d["traceEvents"][k][field], what, bound)
+
+
+def trailing_data(name, text):
+    """Where the second JSON document starts (Python's json finds the end of the first)."""
+    _, end = json.JSONDecoder().raw_decode(text)
+    while text[end] in " \t\r\n":
+        end += 1
+    return "%s.json:%s: trailing data after the JSON document" % (name, pos_of(text, text[end:]))
 
 
 def ev_missing(k, field):
@@ -439,7 +472,15 @@ TRACE = {
     "n_no_tasks": trace_no_tasks,
     "n_no_trace_events": literal('traceEvents: missing (not a Chrome trace: expected an object with '
                                  '"traceEvents" or an array of events)'),
-    "n_not_json": ("json-error", "not valid JSON"),
+    "n_not_json": ("json-error", "not valid JSON (the file ends inside a value)"),
+    "n_base_time_float": literal("baseTimeNanoseconds: expected an integer >= 0 below 2^63 (nanoseconds)"),
+    "n_correlation_negative": literal("traceEvents[0].args.correlation: expected an integer >= 0"),
+    "n_dur_huge": time_limit(0, "dur", "duration", "it"),
+    "n_kernel_ts_huge": time_limit(0, "ts", "time", "|ts|"),
+    "n_ts_huge": time_limit(1, "ts", "time", "|ts|"),
+    "n_gzip_truncated": literal("corrupt gzip stream: truncated"),
+    "n_pp_stage_out_of_range": trace_stage_out_of_range,
+    "n_trailing_data": ("position", trailing_data),
     "n_pid_bool": literal("traceEvents[0].pid: expected an integer or a string"),
     "n_task_name_mismatch": trace_name_mismatch,
     "n_task_not_int": literal("traceEvents[0].args.task: expected a node id (an integer >= 0)"),
@@ -520,13 +561,18 @@ def expected_spec(name, rule, text):
 
 
 def expected_trace(name, rule, text):
+    if isinstance(rule, tuple) and rule[0] == "position":
+        return rule[1](name, text)
     if isinstance(rule, tuple) and rule[0] == "json-error":
         try:
             json.loads(text)
             raise SystemExit("%s: parses as JSON" % name)
         except json.JSONDecodeError as e:
             return "%s.json:%d:%d: %s" % (name, e.lineno, e.colno, rule[1])
-    doc = json.loads(text) if text.strip() else None
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        doc = None  # empty, or not JSON at all (a gzip stream): the rule does not read it
     return "%s.json: %s" % (name, rule(doc, text))
 
 
@@ -542,7 +588,8 @@ def main():
                 print("FAIL %s/%s.json: no rule names its error (add it to expected.py)" % (folder, c))
                 bad += 1
                 continue
-            text = open(os.path.join(d, c + ".json"), encoding="utf-8").read()
+            raw = open(os.path.join(d, c + ".json"), "rb").read()
+            text = raw.decode("utf-8", errors="replace")
             jobs.append((os.path.join(d, c + ".err"), fn(c, table[c], text)))
         for c in sorted(set(table) - set(cases)):
             print("FAIL %s/%s: a rule without its case" % (folder, c))
