@@ -1,9 +1,11 @@
 #!/bin/sh
 # The diagnose report in a real browser: runs `pipescope diagnose` on a small example, loads
 # index.html in headless Chromium, and checks that the page is not blank: the DOM has the
-# section headings and its images, and the screenshot has many distinct colours (a blank or
-# broken page has one or two). Exit 77 (skip) when chromium is not installed; a package that is
-# installed but does not run fails.
+# section headings, its images and the link to what the checks mean (semantics.html, a copy of
+# src/SEMANTICS.md with its anchors); screenshots of the page, both timelines, the graph and the
+# docs page have many distinct colours (a blank or broken page has one or two) and the pictures
+# have coloured marks across their width. Exit 77 (skip) when chromium is not installed; a
+# package that is installed but does not run fails.
 set -u
 bin=${PIPESCOPE:?PIPESCOPE not set}
 root=${PS_SOURCE_ROOT:?PS_SOURCE_ROOT not set}
@@ -40,57 +42,88 @@ for h in "Main findings" "Checks" "Task graph" "Memory" "Simulation" "Measured v
 done
 n_img=$(grep -o '<img ' "$tmp/dom.html" | wc -l)
 [ "$n_img" -ge 3 ] || fail "expected at least 3 images, found $n_img"
+grep -q 'href="semantics.html#checks"' "$tmp/dom.html" || fail "the checks section does not link what the checks mean"
+[ -s "$tmp/report/semantics.html" ] && grep -q '<h2 id="checks">' "$tmp/report/semantics.html" ||
+    fail "semantics.html is missing or has no 'checks' section"
+grep -q '<h2 id="s7">' "$tmp/report/semantics.html" || fail "semantics.html has no section 7 anchor"
 for f in graph.svg timeline.svg timeline-simulated.svg; do
     grep -q "src=\"$f\"" "$tmp/dom.html" || fail "no <img> for $f"
     [ -s "$tmp/report/$f" ] || fail "$f is missing or empty"
 done
 grep -q '<table' "$tmp/dom.html" || fail "no table"
 
-# shellcheck disable=SC2086
-timeout 120 "$chromium" $flags --user-data-dir="$(mktemp -d -p "$tmp")" --window-size=1280,2000 \
-    --screenshot="$tmp/shot.png" "$url" >"$tmp/chromium-shot.log" 2>&1 || { cat "$tmp/chromium-shot.log"; fail "chromium --screenshot"; }
-[ -s "$tmp/shot.png" ] || fail "no screenshot"
+# The pictures as a user sees them: Chromium renders the page and each picture it links to; a
+# PNG decoded with zlib (8-bit RGB/RGBA, non-interlaced, as Chromium writes) must have many
+# distinct colours (a blank or broken page has one or two), and each timeline and graph must have
+# coloured marks (bars, filled nodes: saturated pixels) over a real share of its width.
+shot() { # URL OUT WxH
+    # shellcheck disable=SC2086
+    timeout 120 "$chromium" $flags --user-data-dir="$(mktemp -d -p "$tmp")" --window-size="$3" \
+        --screenshot="$2" "$1" >"$tmp/chromium-shot.log" 2>&1 || { cat "$tmp/chromium-shot.log"; fail "chromium --screenshot $1"; }
+    [ -s "$2" ] || fail "no screenshot of $1"
+}
+shot "$url" "$tmp/shot.png" 1280,2000
 [ -n "${PS_HTML_SCREENSHOT:-}" ] && cp "$tmp/shot.png" "$PS_HTML_SCREENSHOT"
-# distinct colours of the PNG, decoded with zlib (8-bit RGB/RGBA, non-interlaced, as Chromium writes)
-colours=$("$py" - "$tmp/shot.png" <<'PY'
+for f in timeline.svg timeline-simulated.svg graph.svg semantics.html; do
+    shot "file://$tmp/report/$f" "$tmp/$f.png" 1280,900
+done
+"$py" - "$tmp/shot.png" "$tmp/timeline.svg.png" "$tmp/timeline-simulated.svg.png" "$tmp/graph.svg.png" \
+    "$tmp/semantics.html.png" <<'PY' || fail "a screenshot looks blank (above)"
 import struct, sys, zlib
-data = open(sys.argv[1], 'rb').read()
-assert data[:8] == b'\x89PNG\r\n\x1a\n', 'not a PNG'
-pos, idat, w = 8, b'', 0
-while pos < len(data):
-    n, typ = struct.unpack('>I4s', data[pos:pos + 8])
-    body = data[pos + 8:pos + 8 + n]
-    if typ == b'IHDR':
-        w, h, depth, ctype, _, _, lace = struct.unpack('>IIBBBBB', body)
-        assert depth == 8 and ctype in (2, 6) and lace == 0, 'unsupported PNG layout'
-        bpp = 3 if ctype == 2 else 4
-    elif typ == b'IDAT':
-        idat += body
-    pos += 12 + n
-raw = zlib.decompress(idat)
-stride = w * bpp
-prev = bytearray(stride)
-seen = set()
-for y in range(h):
-    f = raw[y * (stride + 1)]
-    line = bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
-    for i in range(stride):
-        a = line[i - bpp] if i >= bpp else 0
-        b = prev[i]
-        c = prev[i - bpp] if i >= bpp else 0
-        if f == 1: line[i] = (line[i] + a) & 255
-        elif f == 2: line[i] = (line[i] + b) & 255
-        elif f == 3: line[i] = (line[i] + (a + b) // 2) & 255
-        elif f == 4:
-            p = a + b - c
-            pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-            line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
-    if y % 4 == 0:
-        for x in range(0, stride, bpp * 2):
-            seen.add(bytes(line[x:x + 3]))
-    prev = line
-print(len(seen))
+def decode(path):
+    data = open(path, 'rb').read()
+    assert data[:8] == b'\x89PNG\r\n\x1a\n', 'not a PNG'
+    pos, idat = 8, b''
+    while pos < len(data):
+        n, typ = struct.unpack('>I4s', data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + n]
+        if typ == b'IHDR':
+            w, h, depth, ctype, _, _, lace = struct.unpack('>IIBBBBB', body)
+            assert depth == 8 and ctype in (2, 6) and lace == 0, 'unsupported PNG layout'
+            bpp = 3 if ctype == 2 else 4
+        elif typ == b'IDAT':
+            idat += body
+        pos += 12 + n
+    raw = zlib.decompress(idat)
+    stride = w * bpp
+    prev = bytearray(stride)
+    rows = []
+    for y in range(h):
+        f = raw[y * (stride + 1)]
+        line = bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        for i in range(stride):
+            a = line[i - bpp] if i >= bpp else 0
+            b = prev[i]
+            c = prev[i - bpp] if i >= bpp else 0
+            if f == 1: line[i] = (line[i] + a) & 255
+            elif f == 2: line[i] = (line[i] + b) & 255
+            elif f == 3: line[i] = (line[i] + (a + b) // 2) & 255
+            elif f == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        rows.append(line)
+        prev = line
+    return w, h, bpp, rows
+bad = 0
+for k, path in enumerate(sys.argv[1:]):
+    w, h, bpp, rows = decode(path)
+    seen, cols = set(), set()
+    for y in range(0, h, 2):
+        line = rows[y]
+        for x in range(0, w, 2):
+            px = line[x * bpp:x * bpp + 3]
+            seen.add(bytes(px))
+            if max(px) - min(px) > 25:  # a coloured mark (bar, node fill), not grey text or white
+                cols.add(x)
+    share = len(cols) / (w / 2)
+    name = path.split('/')[-1]
+    print(f'{name}: {len(seen)} colours, coloured marks in {100 * share:.0f}% of the columns')
+    need_colours = 50 if k == 0 else 8
+    need_share = 0.25 if 'timeline' in name else 0.05 if 'graph' in name else 0.0
+    if len(seen) < need_colours or share < need_share:
+        print(f'FAIL: {name} looks blank')
+        bad = 1
+sys.exit(bad)
 PY
-) || fail "cannot decode the screenshot"
-[ "$colours" -ge 50 ] || fail "the screenshot looks blank: $colours distinct colours"
-echo "ok: sections, $n_img images, screenshot with $colours distinct colours"
+echo "ok: sections, $n_img images, screenshots of the page, both timelines, the graph and the docs page"

@@ -132,6 +132,158 @@ void ps_html_para(struct ps_html *h, const char *fmt, ...)
     puts_(h, &h->body, "</p>\n");
 }
 
+void ps_html_para_link(struct ps_html *h, const char *before, const char *href,
+                       const char *label, const char *after)
+{
+    close_table(h);
+    puts_(h, &h->body, "<p>");
+    esc(h, &h->body, before ? before : "");
+    puts_(h, &h->body, "<a href=\"");
+    esc(h, &h->body, href);
+    puts_(h, &h->body, "\">");
+    esc(h, &h->body, label);
+    puts_(h, &h->body, "</a>");
+    esc(h, &h->body, after ? after : "");
+    puts_(h, &h->body, "</p>\n");
+}
+
+/* id of a "## " heading: "## 7. BatchNorm ..." -> "s7", "## Checks (...)" -> "checks" */
+static void heading_id(const char *t, char *id, size_t len)
+{
+    size_t k = 0;
+    if (*t >= '0' && *t <= '9') {
+        id[k++] = 's';
+        while (*t >= '0' && *t <= '9' && k + 1 < len) id[k++] = *t++;
+    } else {
+        while (((*t >= 'a' && *t <= 'z') || (*t >= 'A' && *t <= 'Z')) && k + 1 < len) {
+            id[k++] = (char)(*t >= 'A' && *t <= 'Z' ? *t - 'A' + 'a' : *t);
+            t++;
+        }
+    }
+    id[k] = '\0';
+}
+
+/* escaped text with `code` spans as <code> */
+static void md_inline(struct ps_html *h, const char *t)
+{
+    bool code = false;
+    while (*t) {
+        const char *q = strchr(t, '`');
+        size_t n = q ? (size_t)(q - t) : strlen(t);
+        char part[4096];
+        size_t m = n < sizeof(part) - 1 ? n : sizeof(part) - 1;
+        memcpy(part, t, m);
+        part[m] = '\0';
+        esc(h, &h->body, part);
+        if (!q) break;
+        puts_(h, &h->body, code ? "</code>" : "<code>");
+        code = !code;
+        t = q + 1;
+    }
+    if (code) puts_(h, &h->body, "</code>");
+}
+
+static void md_cells(struct ps_html *h, const char *line, size_t n, const char *tag)
+{
+    puts_(h, &h->body, "<tr>");
+    size_t a = 1; /* after the leading '|' */
+    while (a < n) {
+        size_t b = a;
+        while (b < n && line[b] != '|') b++;
+        if (b >= n) break;
+        char cell[1024];
+        size_t m = b - a < sizeof(cell) - 1 ? b - a : sizeof(cell) - 1;
+        memcpy(cell, line + a, m);
+        cell[m] = '\0';
+        puts_(h, &h->body, tag[1] == 'h' ? "<th>" : "<td>");
+        md_inline(h, cell);
+        puts_(h, &h->body, tag[1] == 'h' ? "</th>" : "</td>");
+        a = b + 1;
+    }
+    puts_(h, &h->body, "</tr>\n");
+}
+
+void ps_html_doc(struct ps_html *h, const char *md)
+{
+    close_table(h);
+    enum { NONE, PARA, LIST, TABLE, CODE } st = NONE;
+    bool head_row = false;
+    static const char *const closing[] = {"", "</p>\n", "</ul>\n", "</tbody></table>\n",
+                                          "</pre>\n"};
+    for (const char *p = md; *p;) {
+        const char *e = strchr(p, '\n');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        char line[4096];
+        size_t m = n < sizeof(line) - 1 ? n : sizeof(line) - 1;
+        memcpy(line, p, m);
+        line[m] = '\0';
+        p += n + (e ? 1 : 0);
+        if (st == CODE) {
+            if (!strncmp(line, "```", 3)) {
+                puts_(h, &h->body, closing[CODE]);
+                st = NONE;
+            } else {
+                esc(h, &h->body, line);
+                puts_(h, &h->body, "\n");
+            }
+            continue;
+        }
+        bool is_table = line[0] == '|', is_item = !strncmp(line, "- ", 2);
+        bool cont = line[0] == ' ' && line[1] == ' ' && (st == LIST || st == PARA);
+        if (st != NONE && !cont && !(st == TABLE && is_table) && !(st == LIST && is_item) &&
+            !(st == PARA && line[0] && !is_table && !is_item && line[0] != '#' &&
+              strncmp(line, "```", 3))) {
+            puts_(h, &h->body, closing[st]);
+            st = NONE;
+        }
+        if (!line[0]) continue;
+        if (!strncmp(line, "```", 3)) {
+            puts_(h, &h->body, "<pre>");
+            st = CODE;
+        } else if (line[0] == '#') {
+            int lv = 0;
+            while (line[lv] == '#') lv++;
+            const char *t = line + lv + (line[lv] == ' ');
+            char id[32], tag[8];
+            heading_id(t, id, sizeof(id));
+            snprintf(tag, sizeof(tag), "h%d", lv < 2 ? 2 : lv > 4 ? 4 : lv);
+            puts_(h, &h->body, "<");
+            puts_(h, &h->body, tag);
+            puts_(h, &h->body, " id=\"");
+            esc(h, &h->body, id);
+            puts_(h, &h->body, "\">");
+            md_inline(h, t);
+            puts_(h, &h->body, "</");
+            puts_(h, &h->body, tag);
+            puts_(h, &h->body, ">\n");
+        } else if (is_table) {
+            if (st != TABLE) {
+                puts_(h, &h->body, "<table><tbody>\n");
+                st = TABLE;
+                head_row = true;
+            }
+            if (strspn(line, "|-: ") == strlen(line)) continue; /* |---|---| */
+            md_cells(h, line, strlen(line), head_row ? "th" : "td");
+            head_row = false;
+        } else if (is_item) {
+            if (st != LIST) puts_(h, &h->body, "<ul>\n");
+            else puts_(h, &h->body, "</li>\n");
+            st = LIST;
+            puts_(h, &h->body, "<li>");
+            md_inline(h, line + 2);
+        } else {
+            if (st == NONE) {
+                puts_(h, &h->body, "<p>");
+                st = PARA;
+            } else {
+                puts_(h, &h->body, " ");
+            }
+            md_inline(h, line + strspn(line, " "));
+        }
+    }
+    if (st != NONE) puts_(h, &h->body, closing[st]);
+}
+
 void ps_html_pre(struct ps_html *h, const char *text)
 {
     close_table(h);
@@ -246,7 +398,7 @@ static const char *STYLE =
     "figure{margin:12px 0}figure img,figure svg{max-width:100%;height:auto;border:1px solid #ddd}\n"
     ".scroll{overflow:auto;max-height:560px;border:1px solid #ddd}"
     ".scroll img{max-width:none;border:0}\n"
-    "figcaption{font-size:13px;color:#555}\npre{background:#f6f6f6;padding:8px;overflow:auto;"
+    "figcaption{font-size:13px;color:#555}\ncode{background:#f0f0f0;padding:0 2px}\npre{background:#f6f6f6;padding:8px;overflow:auto;"
     "font-size:13px}\n";
 
 int ps_html_write(const struct ps_html *h, FILE *f, struct ps_diag *diag)

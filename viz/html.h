@@ -25,7 +25,13 @@ void ps_html_summary(struct ps_html *h, const char *line);
 /* Starts a section: <h2 id=id>title</h2>; later elements belong to it. */
 void ps_html_section(struct ps_html *h, const char *id, const char *title);
 void ps_html_para(struct ps_html *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A paragraph: before, a link to href labelled label, after (all escaped). */
+void ps_html_para_link(struct ps_html *h, const char *before, const char *href,
+                       const char *label, const char *after);
 void ps_html_pre(struct ps_html *h, const char *text);
+/* A page of Markdown as the repository's docs use it: headings ("## 7. X" gets id "s7", "## Word
+ * ..." id "word"), paragraphs, "- " lists, | tables |, ``` code blocks; inline text escaped as is. */
+void ps_html_doc(struct ps_html *h, const char *markdown);
 /* A table with n_cols columns; rows follow with ps_html_row (n_cols cells each, NULL = empty).
  * Cells that look like numbers are right-aligned. */
 void ps_html_table(struct ps_html *h, const char *caption, int n_cols, const char *const *head);

@@ -33,6 +33,7 @@
 #include "sim/cost.h"
 #include "src/drift.h"
 #include "kernels/exec.h"
+#include "viz/docs.h"
 #include "viz/html.h"
 #include "src/cli/simrun.h"
 #include "viz/viz.h"
@@ -483,7 +484,12 @@ int ps_cmd_diagnose(struct ps_cli *cli)
     ps_html_section(h, "checks", "Checks");
     {
         const char *head[] = {"check", "pairs checked", "violations", "without phony edges"};
-        ps_html_table(h, "ordering invariants (SEMANTICS.md), as happens-before queries on the graph", 4, head);
+        ps_html_para_link(h, "What each check means: ", "semantics.html#checks",
+                          "src/SEMANTICS.md, 'Checks'",
+                          " (a copy of pipescope's documentation; the task names F, B, R, C, W "
+                          "are in its first table).");
+        ps_html_table(h, "ordering invariants (src/SEMANTICS.md), as happens-before queries on "
+                         "the graph", 4, head);
         for (int c = 0; c < PS_CHECK__COUNT; c++) {
             if (!an.checked[c]) continue;
             char bufs[4][64];
@@ -653,6 +659,10 @@ int ps_cmd_diagnose(struct ps_cli *cli)
                             "measured slower, blue: faster)");
     }
     ps_html_section(h, "batchnorm", "BatchNorm statistics");
+    if (has_bn)
+        ps_html_para_link(h, "How each BN policy updates the running statistics, and the closed "
+                             "forms these tables are checked against: ",
+                          "semantics.html#s7", "src/SEMANTICS.md section 7", ".");
     if (!has_bn) {
         ps_html_para(h, "the model has no BatchNorm layer");
     } else {
@@ -733,6 +743,8 @@ int ps_cmd_diagnose(struct ps_cli *cli)
                     "traces: open them in Perfetto or chrome://tracing), graph.svg, timeline.svg, "
                     "drift-*.svg, costs-cpu.json (costs calibrated to the CPU run: pass it with "
                     "--costs).");
+    ps_html_para_link(h, "Every file, JSON field and picture of this folder is described in ",
+                      "report-format.html", "viz/REPORT.md", " (a copy).");
 
     /* report.json */
     ps_report_add_spec(root, spec);
@@ -795,6 +807,22 @@ int ps_cmd_diagnose(struct ps_cli *cli)
     }
     if (ps_report_write(root, OUT("report.json"), &d)) goto fail;
     if (ps_html_write_file(h, OUT("index.html"), &d)) goto fail;
+    /* the documentation the page cites, so the folder reads without the source tree */
+    for (const struct ps_doc *doc = ps_docs; doc->path; doc++) {
+        const char *out = !strcmp(doc->path, "src/SEMANTICS.md") ? "semantics.html"
+                          : !strcmp(doc->path, "viz/REPORT.md")  ? "report-format.html"
+                                                                 : NULL;
+        if (!out) continue;
+        struct ps_html *dh = ps_html_create(doc->path);
+        if (!dh) {
+            ps_diag_set(&d, -ENOMEM, "diagnose", "out of memory");
+            goto fail;
+        }
+        ps_html_doc(dh, doc->text);
+        int drc = ps_html_write_file(dh, OUT(out), &d);
+        ps_html_destroy(dh);
+        if (drc) goto fail;
+    }
 
     /* ---- publish: DIR.tmp -> DIR ---------------------------------------------------------- */
     {
