@@ -62,10 +62,10 @@ def block(c):
         % (c["spec"], c["npy"], c["exec"], c["trace"], c["cli"]),
         "  exact one-line error, exit code 2 and no output file, also under ASan+UBSan (plus %d spec"
         % c["spec_warn"],
-        "  cases that must warn). The expected spec and trace lines, and the CLI lines that quote an",
-        "  estimate, are composed from the rules by `tests/corpus/expected.py` (test `corpus-rules`),",
-        "  the npy and executor ones are written by hand in their generators; fuzz crashers are",
-        "  replayed as regression tests (`tests/fuzz`).",
+        "  cases that must warn). The expected spec and trace lines, and the CLI lines that quote a",
+        "  graph's size or memory, are composed from the rules by `tests/corpus/expected.py` (test",
+        "  `corpus-rules`); the npy and executor ones are written by hand in their generators; fuzz",
+        "  crashers are replayed as regression tests (`tests/fuzz`).",
         "- **Suite**: `meson test` runs %d tests; CI fails when a different number is registered"
         % c["tests"],
         "  (`ps_expected_tests` in `tests/meson.build`) or when a suite skips although its package",

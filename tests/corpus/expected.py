@@ -6,7 +6,9 @@
 
 Covers tests/corpus/spec (n_*.json: `pipescope check` and `graph` print "pipescope: " + the line),
 tests/corpus/trace (n_*.json read against examples/small-3x3.json's graph) and the CLI cases whose
-line quotes a number pipescope estimates (tests/corpus/cli: graph size, graph memory).
+line quotes a graph's size or memory (tests/corpus/cli: node bound, graph memory, picture nodes).
+Not covered: n_mem_limit_run_steps and n_compare_trace_mem_limit, whose executor and trace-reader
+memory estimates are not restated here.
 
 Every case below names the rule it breaks and the JSON path of the culprit; the line is composed
 from the rule's wording (one template per kind of problem below: "PATH: required field is missing
@@ -389,18 +391,24 @@ SPEC = {
 SMALL_NODES = None  # nodes of examples/small-3x3.json's graph, from the rule in src/graph.h
 
 
+def gpipe_graph_nodes(m, n, checkpointed, phony=True):
+    """Nodes of a GPipe (torchgpipe) task graph, counted from the graph's rules (SEMANTICS.md):
+    per task F(i,j); per checkpointed task (all micro-batches but the last with except_last)
+    rfork, r, rjoin; per micro-batch at each of the n-1 partition boundaries C, W (wait in) and
+    Wo (wait out); with phony edges, depend()'s fork and join between consecutive micro-batches
+    of a partition. Every one of them has a backward twin (B, R, primed copies, waits, forks,
+    joins); plus loss and loss'."""
+    fwd = m * n
+    fwd += checkpointed * n * 3
+    fwd += m * (n - 1) * 3
+    if phony:
+        fwd += (m - 1) * n * 2
+    return 2 * fwd + 2
+
+
 def small_graph_nodes():
-    """Nodes of the small-3x3 graph, counted by hand from the graph rules (SEMANTICS.md): 3
-    micro-batches x 3 partitions, except_last (micro-batches 0 and 1 checkpointed), phony on."""
-    # per partition forward: F; checkpointed: rfork, r, rjoin; between partitions: C, W (wait in)
-    # and Wo (wait out); depend() fork/join between consecutive micro-batches of a partition;
-    # every node but the loss has a backward twin (B, R for r, and primed copies/waits/forks)
-    m, n, ck = 3, 3, 2
-    fwd = m * n                      # F(i,j)
-    fwd += ck * n * 3                # rfork, r, rjoin of each checkpointed (i,j)
-    fwd += m * (n - 1) * 3           # C, W, Wo at each of the n-1 boundaries
-    fwd += (m - 1) * n * 2           # fork, join between micro-batches i-1, i of a partition
-    return 2 * fwd + 2               # backward twins; loss and loss'
+    """examples/small-3x3.json: 3 micro-batches x 3 partitions, except_last (2 checkpointed)."""
+    return gpipe_graph_nodes(3, 3, 2)
 
 
 def trace_task_out_of_range(d, t):
@@ -543,7 +551,17 @@ def cli_mem_limit_graph(d):
             "with PIPESCOPE_MEM_LIMIT=SIZE (e.g. 64G))" % (m, n, nodes, iec(need)))
 
 
+def cli_svg_too_big(d):
+    p = d["pipeline"]
+    m, n = p["chunks"], len(p["balance"])
+    ck = {"always": m, "except_last": m - 1, "never": 0}[p["checkpoint"]]
+    return ("svg: the picture would have %d nodes; laying out more than 2000 takes minutes (hint: "
+            "draw the tasks only (graph --tasks), or write --dot FILE for another layout tool)"
+            % gpipe_graph_nodes(m, n, ck, p.get("phony", True)))
+
+
 CLI_JSON = {
+    "n_graph_svg_too_big": ("svg_too_big.json", cli_svg_too_big),
     "n_mem_limit_graph": ("../../../examples/small-3x3.json", cli_mem_limit_graph),
     "n_graph_too_big": ("graph_too_big.json", cli_graph_too_big),
     "n_simulate_graph_too_big": ("graph_too_big.json", cli_graph_too_big),
