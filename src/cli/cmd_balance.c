@@ -15,7 +15,8 @@
 
 #include "sim/balance.h"
 #include "sim/cost.h"
-#include "src/cli/simrun.h"
+#include "src/cli/cli.h"
+#include "src/study/study.h"
 #include "viz/viz.h"
 
 static void print_bal(const char *what, const int *bal, int P, double mx, double best,
@@ -64,7 +65,10 @@ int ps_cmd_balance(struct ps_cli *cli)
         code = ps_cli_fail(&d, PS_EXIT_INPUT);
         goto out;
     }
-    if ((code = ps_simrun_costs(cli, spec, costs_path, &costs))) goto out;
+    if (ps_study_costs(spec, costs_path, &costs, &d)) {
+        code = ps_cli_fail(&d, PS_EXIT_INPUT);
+        goto out;
+    }
     int L = spec->n_layers;
     if (P <= 0) P = spec->n_partitions;
     if (P > L) {

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "src/cli/cli.h"
+#include "src/study/study.h"
 #include "sim/cost.h"
 #include "viz/viz.h"
 
@@ -87,24 +88,18 @@ int ps_cmd_check(struct ps_cli *cli)
     struct ps_graph *g = ctx.graph;
     double *cost = malloc(((size_t)g->n_nodes + 1) * sizeof(double));
     ps_cost_fill_roofline(g, cost);
-    struct ps_analysis a, b;
-    memset(&b, 0, sizeof(b));
+    struct ps_analysis a;
     if (ps_analysis_run(g, &ctx.order, cost, &a, &d)) {
         free(cost);
         ps_ctx_finish(&ctx);
         return ps_cli_fail(&d, PS_EXIT_INPUT);
     }
-    /* the no-phony what-if */
-    struct ps_variant wo;
-    ps_variant_from_spec(s, &wo);
-    wo.phony = false;
-    struct ps_graph *gw = NULL;
-    struct ps_order ow;
-    memset(&ow, 0, sizeof(ow));
     const struct ps_schedule_ops *ops = ps_schedule_ops(s->schedule);
-    bool whatif = s->phony && ops->phony &&
-                  ps_schedule_build(s, ctx.model, &wo, &gw, &d) == 0;
-    if (whatif) whatif = ps_schedule_order(gw, &ow, &d) == 0 && ps_analysis_run(gw, &ow, NULL, &b, &d) == 0;
+    struct ps_whatif w;
+    ps_study_whatif(s, ctx.model, &a, &w);
+    bool whatif = w.ran;
+    const struct ps_graph *gw = w.g;
+    const struct ps_analysis *bw = &w.an;
 
     int code = a.ok ? PS_EXIT_OK : PS_EXIT_FOUND;
     if (cli->verbosity >= 0) {
@@ -135,19 +130,19 @@ int ps_cmd_check(struct ps_cli *cli)
             printf("what-if without phony (fork/join) edges:\n");
             bool any = false;
             for (int c = 0; c < PS_CHECK__COUNT; c++)
-                if (b.per_check[c] && !a.per_check[c]) any = true;
+                if (bw->per_check[c] && !a.per_check[c]) any = true;
             if (!any) printf("  every invariant still holds\n");
-            else print_checks(gw, &b, "  ");
+            else print_checks(gw, bw, "  ");
             char x[64], y[64];
-            int p = order_diff(g, &ctx.order, gw, &ow, x, y);
+            int p = order_diff(g, &ctx.order, gw, &w.order, x, y);
             if (p < 0)
                 printf("  the engine's backward order is unchanged\n");
             else
                 printf("  the engine's backward order changes at task %d: %s instead of %s\n", p,
                        y, x);
-            if (a.mem && b.mem) {
+            if (a.mem && bw->mem) {
                 printf("  peak activation memory as recomputes hoist:\n");
-                print_memory(&ctx, &a, &b);
+                print_memory(&ctx, &a, bw);
             }
         }
         (void)dev;
@@ -161,7 +156,7 @@ int ps_cmd_check(struct ps_cli *cli)
         if (whatif) {
             /* the same analysis section for the graph without depend() edges */
             cJSON *tmp = ps_report_new();
-            ps_report_add_analysis(tmp, gw, &b, &ow);
+            ps_report_add_analysis(tmp, gw, bw, &w.order);
             cJSON *sec = cJSON_DetachItemFromObject(tmp, "analysis");
             if (sec) ps_json_set(root, "no_phony", sec);
             cJSON_Delete(tmp);
@@ -171,9 +166,7 @@ int ps_cmd_check(struct ps_cli *cli)
     }
     free(cost);
     ps_analysis_finish(&a);
-    ps_analysis_finish(&b);
-    ps_order_finish(&ow);
-    ps_graph_destroy(gw);
+    ps_study_whatif_finish(&w);
     ps_ctx_finish(&ctx);
     return code;
 }

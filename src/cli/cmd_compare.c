@@ -25,7 +25,8 @@
 #include <string.h>
 
 #include "src/cli/cmp_report.h"
-#include "src/cli/simrun.h"
+#include "src/cli/cli.h"
+#include "src/study/study.h"
 #include "viz/viz.h"
 
 struct progress {
@@ -126,7 +127,7 @@ int ps_cmd_compare(struct ps_cli *cli)
     struct ps_spec *spec = NULL;
     struct ps_model *model = NULL;
     struct ps_costs *costs = NULL;
-    struct ps_simrun run, run2;
+    struct ps_study_sim run, run2;
     memset(&run, 0, sizeof(run));
     memset(&run2, 0, sizeof(run2));
     struct ps_trace tm, ts;
@@ -150,10 +151,13 @@ int ps_cmd_compare(struct ps_cli *cli)
         goto out;
     }
     for (int k = 0; k < spec->n_warnings; k++) ps_cli_warn(cli, "%s", spec->warnings[k]);
-    if ((code = ps_simrun_costs(cli, spec, costs_path, &costs))) goto out;
+    if (ps_study_costs(spec, costs_path, &costs, &d)) {
+        code = ps_cli_fail(&d, PS_EXIT_INPUT);
+        goto out;
+    }
     struct ps_variant o;
     ps_variant_from_spec(spec, &o);
-    if (ps_simrun(spec, model, &o, NULL, costs, &run, &d)) {
+    if (ps_study_simulate(spec, model, &o, NULL, costs, &run, &d)) {
         code = ps_cli_fail(&d, run.stuck ? PS_EXIT_FOUND : PS_EXIT_INPUT);
         goto out;
     }
@@ -184,7 +188,7 @@ int ps_cmd_compare(struct ps_cli *cli)
     int exceeded = ps_compare_check(&cmp, &tol, why, sizeof(why));
     if (cal_path) {
         if (ps_calibrate(g, &run.order, &tm, !strcmp(unit, "sample"), &cal, &d) ||
-            ps_simrun(spec, model, &o, NULL, cal.costs, &run2, &d) ||
+            ps_study_simulate(spec, model, &o, NULL, cal.costs, &run2, &d) ||
             ps_compare_run(run2.g, &run2.sim.trace, &tm, &cmp2, &d) ||
             ps_costs_write(cal.costs, cal_path, &d)) {
             code = ps_cli_fail(&d, PS_EXIT_INPUT);
@@ -262,8 +266,8 @@ out:
     ps_trace_read_info_finish(&sinfo);
     ps_trace_finish(&tm);
     ps_trace_finish(&ts);
-    ps_simrun_finish(&run);
-    ps_simrun_finish(&run2);
+    ps_study_sim_finish(&run);
+    ps_study_sim_finish(&run2);
     ps_costs_destroy(costs);
     ps_model_destroy(model);
     ps_spec_destroy(spec);

@@ -35,7 +35,8 @@
 #include "kernels/exec.h"
 #include "viz/docs.h"
 #include "viz/html.h"
-#include "src/cli/simrun.h"
+#include "src/cli/cli.h"
+#include "src/study/study.h"
 #include "viz/viz.h"
 
 static int rm_rf(const char *path)
@@ -155,13 +156,11 @@ int ps_cmd_diagnose(struct ps_cli *cli)
     struct ps_spec *spec = ctx.spec;
     struct ps_graph *g = ctx.graph;
     struct ps_costs *costs = NULL;
-    struct ps_analysis an, wan;
+    struct ps_analysis an;
     memset(&an, 0, sizeof(an));
-    memset(&wan, 0, sizeof(wan));
-    struct ps_graph *gw = NULL;
-    struct ps_order ow;
-    memset(&ow, 0, sizeof(ow));
-    struct ps_simrun sr, sr2;
+    struct ps_whatif nophony;
+    memset(&nophony, 0, sizeof(nophony));
+    struct ps_study_sim sr, sr2;
     memset(&sr, 0, sizeof(sr));
     memset(&sr2, 0, sizeof(sr2));
     struct diag_run runs[2];
@@ -189,25 +188,24 @@ int ps_cmd_diagnose(struct ps_cli *cli)
         code = ps_cli_fail(&(struct ps_diag){.where = "diagnose", .msg = "out of memory"}, PS_EXIT_INPUT);
         goto out;
     }
-    if ((code = ps_simrun_costs(cli, spec, costs_path, &costs))) goto out;
+    if (ps_study_costs(spec, costs_path, &costs, &d)) {
+        code = ps_cli_fail(&d, PS_EXIT_INPUT);
+        goto out;
+    }
     code = PS_EXIT_INPUT;
 
     /* ---- check ---------------------------------------------------------------------------- */
     ps_cost_fill_roofline(g, cost);
     if (ps_analysis_run(g, &ctx.order, cost, &an, &d)) goto fail;
-    struct ps_variant wo;
-    ps_variant_from_spec(spec, &wo);
-    wo.phony = false;
-    bool whatif = spec->phony && ps_schedule_ops(spec->schedule)->phony &&
-                  ps_schedule_build(spec, ctx.model, &wo, &gw, &d) == 0 &&
-                  ps_schedule_order(gw, &ow, &d) == 0 && ps_analysis_run(gw, &ow, NULL, &wan, &d) == 0;
-    ps_diag_clear(&d);
+    ps_study_whatif(spec, ctx.model, &an, &nophony);
+    bool whatif = nophony.ran;
+    const struct ps_analysis wan = nophony.an;
     ps_cli_info(cli, "diagnose: checks done (%.2f s)", now_s() - t_start);
 
     /* ---- simulate ------------------------------------------------------------------------- */
     struct ps_variant o;
     ps_variant_from_spec(spec, &o);
-    if (ps_simrun(spec, ctx.model, &o, NULL, costs, &sr, &d)) goto fail;
+    if (ps_study_simulate(spec, ctx.model, &o, NULL, costs, &sr, &d)) goto fail;
     ps_cli_info(cli, "diagnose: simulated (%.2f s)", now_s() - t_start);
 
     /* ---- run: cpu, and cuda when there is one --------------------------------------------- */
@@ -237,7 +235,7 @@ int ps_cmd_diagnose(struct ps_cli *cli)
         struct ps_diag cd;
         ps_diag_clear(&cd);
         if (ps_calibrate(sr.g, &sr.order, &runs[0].res.trace, true, &cal, &cd) == 0 &&
-            ps_simrun(spec, ctx.model, &o, NULL, cal.costs, &sr2, &cd) == 0 &&
+            ps_study_simulate(spec, ctx.model, &o, NULL, cal.costs, &sr2, &cd) == 0 &&
             ps_compare_run(sr2.g, &sr2.sim.trace, &runs[0].res.trace, &ccal, &cd) == 0)
             have_cal = true;
     }
@@ -330,7 +328,7 @@ int ps_cmd_diagnose(struct ps_cli *cli)
            comparable shapes: against the spec's GPU costs every task is ~100% off); without a
            calibration the two timelines get their own time axes */
         bool cal_sim = have_cal && best == &runs[0];
-        const struct ps_simrun *lower = cal_sim ? &sr2 : &sr;
+        const struct ps_study_sim *lower = cal_sim ? &sr2 : &sr;
         errs = ps_compare_node_errors(cal_sim ? &ccal : &best->cmp, sr.g);
         struct ps_dot_opts eo = dop;
         eo.node_value = errs;
@@ -376,18 +374,11 @@ int ps_cmd_diagnose(struct ps_cli *cli)
     for (int c = 0; c < PS_CHECK__COUNT; c++) n_checks += an.checked[c] > 0;
     char wi[512] = "";
     if (whatif) {
-        double grow = 0;
-        for (int k = 0; k < an.n_devices && an.mem && wan.mem; k++)
-            if (an.mem[k].peak_bytes > 0)
-                grow = fmax(grow, (double)wan.mem[k].peak_bytes / (double)an.mem[k].peak_bytes);
-        uint32_t lost = 0;
-        for (int c = 0; c < PS_CHECK__COUNT; c++)
-            if (!an.per_check[c]) lost += wan.per_check[c];
-        if (lost)
+        if (nophony.lost)
             snprintf(wi, sizeof(wi),
                      "; without phony edges backward order is not guaranteed (%u pairs) and peak "
                      "memory grows %.1fx",
-                     lost, grow);
+                     nophony.lost, nophony.mem_growth);
         else
             snprintf(wi, sizeof(wi), "; without phony edges every invariant still holds");
     }
@@ -588,7 +579,7 @@ int ps_cmd_diagnose(struct ps_cli *cli)
         snprintf(CELL(3), 64, "%+.1f%%", 100 * c->makespan_error);
         ps_html_row(h, cells);
         snprintf(CELL(0), 64, "task duration error, median / p95");
-        snprintf(CELL(1), 64, "%s / %s", fmt(b1, 32, "%.1f%%", 100 * c->dur_rel.median),
+        snprintf(CELL(1), 64, "%.28s / %.28s", fmt(b1, 32, "%.1f%%", 100 * c->dur_rel.median),
                  fmt(b2, 32, "%.1f%%", 100 * c->dur_rel.p95));
         snprintf(CELL(2), 64, " ");
         snprintf(CELL(3), 64, " ");
@@ -868,12 +859,10 @@ out:
         ps_compare_finish(&runs[b].cmp);
         if (runs[b].ok) ps_exec_result_finish(&runs[b].res);
     }
-    ps_simrun_finish(&sr);
-    ps_simrun_finish(&sr2);
+    ps_study_sim_finish(&sr);
+    ps_study_sim_finish(&sr2);
     ps_analysis_finish(&an);
-    ps_analysis_finish(&wan);
-    ps_order_finish(&ow);
-    ps_graph_destroy(gw);
+    ps_study_whatif_finish(&nophony);
     ps_costs_destroy(costs);
     ps_ctx_finish(&ctx);
     return code;

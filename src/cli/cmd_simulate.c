@@ -14,10 +14,11 @@
 #include <string.h>
 
 #include "sim/bnorder.h"
-#include "src/cli/simrun.h"
+#include "src/cli/cli.h"
+#include "src/study/study.h"
 #include "viz/viz.h"
 
-static void print_run(const struct ps_spec *s, const struct ps_simrun *r, const char *title)
+static void print_run(const struct ps_spec *s, const struct ps_study_sim *r, const char *title)
 {
     const struct ps_sim *sim = &r->sim;
     const struct ps_graph *g = r->g;
@@ -46,7 +47,7 @@ static void print_run(const struct ps_spec *s, const struct ps_simrun *r, const 
     }
 }
 
-static cJSON *sim_json(const struct ps_spec *s, const struct ps_simrun *r)
+static cJSON *sim_json(const struct ps_spec *s, const struct ps_study_sim *r)
 {
     const struct ps_sim *sim = &r->sim;
     const struct ps_graph *g = r->g;
@@ -173,7 +174,7 @@ int ps_cmd_simulate(struct ps_cli *cli)
     struct ps_costs *costs = NULL;
     struct ps_plan plan;
     memset(&plan, 0, sizeof(plan));
-    struct ps_simrun a, b;
+    struct ps_study_sim a, b;
     memset(&a, 0, sizeof(a));
     memset(&b, 0, sizeof(b));
     struct ps_bn_order bn;
@@ -184,7 +185,10 @@ int ps_cmd_simulate(struct ps_cli *cli)
         goto out;
     }
     for (int k = 0; k < spec->n_warnings; k++) ps_cli_warn(cli, "%s", spec->warnings[k]);
-    if ((code = ps_simrun_costs(cli, spec, costs_path, &costs))) goto out;
+    if (ps_study_costs(spec, costs_path, &costs, &d)) {
+        code = ps_cli_fail(&d, PS_EXIT_INPUT);
+        goto out;
+    }
     if (actions && ps_plan_load(actions, spec, &plan, &d)) {
         code = ps_cli_fail(&d, PS_EXIT_INPUT);
         goto out;
@@ -192,7 +196,7 @@ int ps_cmd_simulate(struct ps_cli *cli)
     struct ps_variant o;
     ps_variant_from_spec(spec, &o);
     o.optimizer = optimizer;
-    rc = ps_simrun(spec, model, &o, actions ? &plan : NULL, costs, &a, &d);
+    rc = ps_study_simulate(spec, model, &o, actions ? &plan : NULL, costs, &a, &d);
     if (rc == -EDEADLK) {
         printf("deadlock: %s\n%s", d.msg, a.stuck ? a.stuck : "");
         code = PS_EXIT_FOUND;
@@ -202,12 +206,12 @@ int ps_cmd_simulate(struct ps_cli *cli)
         code = ps_cli_fail(&d, PS_EXIT_INPUT);
         goto out;
     }
-    bool whatif = nophony && !actions && ps_schedule_ops(o.schedule)->phony;
+    bool whatif = nophony && !actions && ps_study_whatif_applies(&o);
     if (nophony && !whatif)
         ps_cli_warn(cli, "--no-phony applies to gpipe (fork/join edges) only; ignored");
     if (whatif) {
-        o.phony = false;
-        if (ps_simrun(spec, model, &o, NULL, costs, &b, &d)) {
+        struct ps_variant wv = ps_study_whatif_variant(&o);
+        if (ps_study_simulate(spec, model, &wv, NULL, costs, &b, &d)) {
             code = ps_cli_fail(&d, PS_EXIT_INPUT);
             goto out;
         }
@@ -274,8 +278,8 @@ int ps_cmd_simulate(struct ps_cli *cli)
     }
 out:
     ps_bn_order_finish(&bn);
-    ps_simrun_finish(&a);
-    ps_simrun_finish(&b);
+    ps_study_sim_finish(&a);
+    ps_study_sim_finish(&b);
     ps_plan_finish(&plan);
     ps_costs_destroy(costs);
     ps_model_destroy(model);

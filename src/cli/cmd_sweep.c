@@ -15,7 +15,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "src/cli/simrun.h"
+#include "src/cli/cli.h"
+#include "src/study/study.h"
 #include "viz/viz.h"
 
 static int parse_names(const char *s, const char *const *names, int n_names, int *out, int max)
@@ -82,7 +83,10 @@ int ps_cmd_sweep(struct ps_cli *cli)
     }
     if (!nk) ck[nk++] = (int)spec->checkpoint;
     if (!ns) sc[ns++] = (int)spec->schedule;
-    if ((code = ps_simrun_costs(cli, spec, costs_path, &costs))) goto out;
+    if (ps_study_costs(spec, costs_path, &costs, &d)) {
+        code = ps_cli_fail(&d, PS_EXIT_INPUT);
+        goto out;
+    }
     int total = nc * nk * ns, done = 0;
     rows = calloc((size_t)total, sizeof(*rows));
     if (!rows) {
@@ -113,12 +117,12 @@ int ps_cmd_sweep(struct ps_cli *cli)
                 }
                 o.schedule = (enum ps_schedule)sc[a];
                 o.checkpoint = (enum ps_checkpoint)ck[b];
-                struct ps_simrun run;
-                if (ps_simrun(spec, model, &o, NULL, costs, &run, &d)) {
+                struct ps_study_sim run;
+                if (ps_study_simulate(spec, model, &o, NULL, costs, &run, &d)) {
                     if (cli->verbosity >= 0) fputc('\n', stderr);
                     ps_cli_warn(cli, "%s %s chunks=%d skipped: %s", scheds[sc[a]], ckpts[ck[b]],
                                 chunks[c], d.msg);
-                    ps_simrun_finish(&run);
+                    ps_study_sim_finish(&run);
                     continue;
                 }
                 r->ok = true;
@@ -136,7 +140,7 @@ int ps_cmd_sweep(struct ps_cli *cli)
                            100 * r->recompute);
                     fflush(stdout);
                 }
-                ps_simrun_finish(&run);
+                ps_study_sim_finish(&run);
             }
     if (cli->verbosity >= 0) fprintf(stderr, "\rsweep: %d configurations done.%20s\n", total, "");
     int n_ok = 0;

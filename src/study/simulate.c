@@ -1,13 +1,13 @@
-/* simrun: build, order, cost and simulate one configuration (see simrun.h). */
-#include "src/cli/simrun.h"
+/* study/simulate: build, order, cost and simulate one variant (study.h). */
+#include "src/study/study.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-int ps_simrun(const struct ps_spec *spec, const struct ps_model *model,
-              const struct ps_variant *opts, const struct ps_plan *plan,
-              const struct ps_costs *costs, struct ps_simrun *run, struct ps_diag *diag)
+int ps_study_simulate(const struct ps_spec *spec, const struct ps_model *model,
+                      const struct ps_variant *opts, const struct ps_plan *plan,
+                      const struct ps_costs *costs, struct ps_study_sim *run, struct ps_diag *diag)
 {
     memset(run, 0, sizeof(*run));
     int rc = plan ? ps_plan_build(spec, model, opts, plan, &run->g, diag)
@@ -23,7 +23,7 @@ int ps_simrun(const struct ps_spec *spec, const struct ps_model *model,
     return ps_sim_run(run->g, &run->order, run->cost, &so, &run->sim, diag);
 }
 
-void ps_simrun_finish(struct ps_simrun *run)
+void ps_study_sim_finish(struct ps_study_sim *run)
 {
     ps_sim_finish(&run->sim);
     free(run->cost);
@@ -33,22 +33,19 @@ void ps_simrun_finish(struct ps_simrun *run)
     memset(run, 0, sizeof(*run));
 }
 
-int ps_simrun_costs(const struct ps_cli *cli, const struct ps_spec *spec, const char *override,
-                    struct ps_costs **out)
+int ps_study_costs(const struct ps_spec *spec, const char *override, struct ps_costs **out,
+                   struct ps_diag *diag)
 {
     *out = NULL;
     const char *path = override ? override : spec->costs;
     if (!path) return 0;
-    struct ps_diag d;
-    ps_diag_clear(&d);
-    if (ps_costs_load(path, out, &d)) return ps_cli_fail(&d, PS_EXIT_INPUT);
+    int rc = ps_costs_load(path, out, diag);
+    if (rc) return rc;
     if ((*out)->n_layers != spec->n_layers) {
-        ps_diag_set(&d, -EINVAL, path, "layers: %d entries, but the model has %d layers",
-                    (*out)->n_layers, spec->n_layers);
+        rc = ps_diag_set(diag, -EINVAL, path, "layers: %d entries, but the model has %d layers",
+                         (*out)->n_layers, spec->n_layers);
         ps_costs_destroy(*out);
         *out = NULL;
-        return ps_cli_fail(&d, PS_EXIT_INPUT);
     }
-    (void)cli;
-    return 0;
+    return rc;
 }
