@@ -197,11 +197,138 @@ static void test_fairscale_pipe(void **state)
     fx_free(&f);
 }
 
+/* ---- PyTorch pipelining, one trace per rank ------------------------------------------------ */
+
+static void test_pytorch_pp_ranks(void **state)
+{
+    (void)state;
+    struct fx f;
+    fx_file(&f, "tests/golden/traces/pp-1f1b-2x4.spec.json");
+    const char *rel[] = {"tests/golden/traces/pp-1f1b/rank0.json",
+                         "tests/golden/traces/pp-1f1b/rank1.json"};
+    struct ps_trace t;
+    struct ps_trace_read_info in;
+    assert_int_equal(read_or_print(&f, rel, 2, &t, &in), 0);
+    /* 2 stages x 4 micro-batches x (F, B), each a host range and a gpu_user_annotation */
+    assert_int_equal(in.n_pytorch, 32);
+    assert_int_equal(in.n_unmatched, 0);
+    assert_int_equal(in.n_rank_mismatch, 0);
+    /* per rank: UNSHARD, RESHARD, REDUCE_GRAD, 4 SEND and 4 RECV (gen_pp_kineto.py's lowering) */
+    assert_int_equal(in.n_pytorch_other, 22);
+    /* per rank 4 x 2 forward kernels + 4 x 3 backward kernels, all launched inside a task */
+    assert_int_equal(in.n_gpu_ops, 40);
+    assert_int_equal(in.n_gpu_attributed, 40);
+    assert_int_equal(in.n_gpu_tasks, 16);
+    assert_int_equal(in.n_files, 2);
+    assert_true(in.files[0].has_rank && in.files[0].rank == 0);
+    assert_true(in.files[1].has_rank && in.files[1].rank == 1);
+    /* rank 1's base time is 250 us small; the tightest forward edge has 20 us of slack, so the
+       least correction that lets no cross-rank edge run backwards is 230 us */
+    assert_true(in.files[0].base_offset_us == 250.0 && in.files[1].base_offset_us == 0.0);
+    assert_true(fabs(in.files[1].skew_us - 230.0) < 1e-6);
+    assert_true(in.files[0].skew_us == 0.0);
+    assert_true(fabs(in.residual_skew_us - 230.0) < 1e-6);
+    assert_false(in.clocks_inconsistent);
+    assert_int_equal(in.n_cross_edges, 8); /* F(i,0) -> F(i,1) and B(i,1) -> B(i,0) */
+    int n = f.g->n;
+    for (uint32_t v = 0; v < f.g->n_nodes; v++) {
+        const struct ps_node *nd = &f.g->nodes[v];
+        if (!ps_node_is_task(nd)) continue;
+        const struct ps_trace_rec *r = rec_of(&t, v);
+        assert_non_null(r);
+        bool fwd = nd->phase == PS_PHASE_FWD;
+        /* the device span: kernels back to back, 31 + 9 us forward, 35 + 28 + 7 us backward */
+        assert_true(r->dur_us == (fwd ? 40.0 : 70.0));
+        /* the host range: 2 us, one 6 us launch per kernel, 1 us */
+        assert_true(r->cpu_dur_us == (fwd ? 15.0 : 21.0));
+        assert_true(r->cpu_start_us < r->start_us); /* launched before it ran */
+        assert_int_equal(r->lane_device, nd->part);
+        assert_int_equal(r->lane_stream, 7);
+    }
+    (void)n;
+    struct ps_sim s;
+    simulate(&f, &s);
+    struct ps_compare c;
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    assert_int_equal(ps_compare_run(f.g, &s.trace, &t, &c, &d), 0);
+    assert_int_equal(c.n_aligned, 16);
+    assert_int_equal(c.n_dep_violations, 0);
+    assert_int_equal(c.inversions, 0);
+    ps_compare_finish(&c);
+    ps_sim_finish(&s);
+    ps_trace_read_info_finish(&in);
+    ps_trace_finish(&t);
+    fx_free(&f);
+}
+
+/* I and W on a schedule that splits backward (zb-h1), and where it does not (1f1b) */
+static void test_pytorch_split_backward(void **state)
+{
+    (void)state;
+    static const char *const ZB =
+        "{\"pipescope\":1,\"batch\":4,\"model\":{\"input\":[8],\"layers\":["
+        "{\"op\":\"linear\",\"out\":8},{\"op\":\"relu\"},{\"op\":\"linear\",\"out\":4}],"
+        "\"loss\":\"sum\"},\"pipeline\":{\"schedule\":\"zb-h1\",\"balance\":[2,1],"
+        "\"devices\":[\"cuda:0\",\"cuda:1\"],\"chunks\":2,\"checkpoint\":\"never\"}}";
+    static const char TR[] =
+        "{\"traceEvents\": ["
+        "{\"ph\":\"X\",\"cat\":\"user_annotation\",\"name\":\"PP:1F0\",\"pid\":1,\"tid\":1,\"ts\":10,\"dur\":5},"
+        "{\"ph\":\"X\",\"cat\":\"user_annotation\",\"name\":\"PP:1I0\",\"pid\":1,\"tid\":1,\"ts\":20,\"dur\":5},"
+        "{\"ph\":\"X\",\"cat\":\"user_annotation\",\"name\":\"PP:1W0\",\"pid\":1,\"tid\":1,\"ts\":30,\"dur\":5},"
+        "{\"ph\":\"X\",\"cat\":\"user_annotation\",\"name\":\"PP:1B1\",\"pid\":1,\"tid\":1,\"ts\":40,\"dur\":5},"
+        "{\"ph\":\"X\",\"cat\":\"user_annotation\",\"name\":\"PP:1F7\",\"pid\":1,\"tid\":1,\"ts\":50,\"dur\":5}"
+        "], \"distributedInfo\": {\"rank\": 1, \"world_size\": 2}}";
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    struct fx f;
+    memset(&f, 0, sizeof(f));
+    assert_int_equal(ps_spec_parse(ZB, "zb.json", ".", &f.spec, &d), 0);
+    assert_int_equal(ps_model_build(f.spec, &f.model, &d), 0);
+    struct ps_variant o;
+    ps_variant_from_spec(f.spec, &o);
+    assert_int_equal(ps_schedule_build(f.spec, f.model, &o, &f.g, &d), 0);
+    assert_int_equal(ps_schedule_order(f.g, &f.o, &d), 0);
+    struct ps_trace t;
+    struct ps_trace_read_info in;
+    assert_int_equal(ps_trace_parse(TR, sizeof(TR) - 1, "t.json", f.g, &t, &in, &d), 0);
+    char nm[64];
+    const char *want[] = {"F(0,1)", "B(0,1)", "Wg(0,1)", "B(1,1)"};
+    for (int k = 0; k < 4; k++) {
+        assert_true(t.r[k].node != UINT32_MAX);
+        assert_string_equal(ps_node_name(f.g, t.r[k].node, nm, sizeof(nm)), want[k]);
+    }
+    assert_int_equal(in.n_by_name, 4);
+    assert_int_equal(in.n_unmatched, 1); /* PP:1F7: micro-batch 7 of 2 */
+    assert_string_equal(in.unmatched[0], "PP:1F7");
+    assert_string_equal(in.unmatched_why[0], "micro-batch 7, but the spec has 2");
+    assert_int_equal(in.n_rank_mismatch, 0); /* stage 1 on cuda:1, rank 1 */
+    ps_trace_read_info_finish(&in);
+    ps_trace_finish(&t);
+    fx_free(&f);
+
+    /* 1f1b: I and W name no task; B does */
+    fx_file(&f, "tests/golden/traces/pp-1f1b-2x4.spec.json");
+    assert_int_equal(ps_trace_parse(TR, sizeof(TR) - 1, "t.json", f.g, &t, &in, &d), 0);
+    assert_int_equal(in.n_by_name, 2); /* PP:1F0, PP:1B1 */
+    assert_int_equal(in.n_unmatched, 3); /* PP:1I0, PP:1W0, PP:1F7 (micro-batch 7 of 4) */
+    assert_string_equal(in.unmatched[0], "PP:1I0");
+    assert_string_equal(in.unmatched_why[0],
+                        "an input-gradient action: the spec's schedule (1f1b) does not split "
+                        "backward into input and weight gradients (schedule zb-h1 does)");
+    assert_string_equal(in.unmatched[1], "PP:1W0");
+    ps_trace_read_info_finish(&in);
+    ps_trace_finish(&t);
+    fx_free(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_fairscale_pipe),
+        cmocka_unit_test(test_pytorch_pp_ranks),
+        cmocka_unit_test(test_pytorch_split_backward),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -143,7 +143,7 @@ static cJSON *times(double start, double dur)
 
 void ps_trace_info_print(FILE *f, const struct ps_trace_read_info *in)
 {
-    fprintf(f, "  names: %u pipescope, %u PyTorch pipelining (PP:), %u fairscale (chunk-part)",
+    fprintf(f, "  ranges recognised: %u pipescope, %u PyTorch pipelining (PP:), %u fairscale (chunk-part)",
             in->n_pipescope_names, in->n_pytorch, in->n_fairscale);
     if (in->n_by_id) fprintf(f, ", %u by node id", in->n_by_id);
     if (in->n_pytorch_other)
