@@ -16,6 +16,9 @@ What it mirrors (torchgpipe 0.0.7's GPipe, for the numerics; SEMANTICS.md sectio
     BN update ORDER per layer is forwards s_0..s_{m-1}, then recomputes in backward order;
   - the loss is computed on the gathered output of the whole mini-batch (torch.cat);
   - SGD: p -= lr * grad after each step, gradients zeroed per step.
+Every training case is also run by torchgpipe.GPipe itself (imported from source, below; grad-only
+with fairscale's patch_batchnorm on the BN layers), loss.backward() through it and the same SGD
+step, and the script stops unless the state and the losses are bitwise equal to the mirror's.
 BatchNorm policies:
   plain      nn.BatchNorm1d/2d (updates in every training forward, with or without grad)
   deferred   a copy of torchgpipe's DeferredBatchNorm (track when not recomputing, commit when
@@ -154,6 +157,14 @@ def run_case(name, model, cfg, batch, chunks, checkpoint, policy, steps, loss_na
     X, Y = DATA[model]
     losses = ex.train_pipeline(seq, X, Y, batch, cfg["balance"], chunks, checkpoint, policy,
                                steps, cfg_lr(cfg, loss_name), loss=loss_name)
+    other, _ = build(cfg)
+    other.load_state_dict(INIT[model])
+    other, real_losses = train_torchgpipe(other, X, Y, batch, cfg["balance"], chunks, checkpoint,
+                                          policy, steps, cfg_lr(cfg, loss_name), loss_name)
+    same_state(name, "the mirror (export_pytorch.train_pipeline)", seq, "torchgpipe.GPipe", other)
+    if real_losses != losses:
+        raise SystemExit("%s: losses differ between the mirror and torchgpipe.GPipe: %s, %s"
+                         % (name, losses, real_losses))
     write_case(name, model, cfg, batch, chunks, checkpoint, policy, steps, loss_name, seq, losses)
     CASES.append(name)
 
@@ -277,6 +288,40 @@ def forward_only_fairscale(seq, X, Y, batch, balance, chunks, checkpoint, steps,
     return seq, losses
 
 
+def same_state(name, what_a, a, what_b, b):
+    """Stops the script unless the two models' state_dicts are bitwise equal."""
+    sa, sb = a.state_dict(), b.state_dict()
+    for k in sa:
+        if k.split(".", 1)[1] in ex.STD_KEYS and not torch.equal(sa[k], sb[k]):
+            raise SystemExit("%s: %s differs between %s and %s" % (name, k, what_a, what_b))
+
+
+def train_torchgpipe(seq, X, Y, batch, balance, chunks, checkpoint, policy, steps, lr,
+                     loss_name):
+    """Training with torchgpipe.GPipe itself (grad-only: with fairscale's patch_batchnorm):
+    loss on the gathered output, loss.backward(), p -= lr * grad."""
+    if policy == "grad-only":
+        FS.patch_batchnorm(seq)
+    g = TG.GPipe(seq, balance=balance, devices=["cpu"] * len(balance), chunks=chunks,
+                 checkpoint=checkpoint, deferred_batch_norm=policy == "deferred")
+    g.train()
+    losses = []
+    S = X.shape[0]
+    for step in range(steps):
+        idx = [(step * batch + b) % S for b in range(batch)]
+        out = g(X[idx])
+        y = Y[idx] if Y is not None else None
+        loss = out.sum() if loss_name == "sum" else \
+            F.mse_loss(out, y) if loss_name == "mse" else F.cross_entropy(out, y)
+        loss.backward()
+        with torch.no_grad():
+            for p in g.parameters():
+                p -= lr * p.grad
+                p.grad = None
+        losses.append(loss.item())
+    return layers_of_gpipe(g), losses
+
+
 def run_forward_case(name, model, cfg, batch, chunks, checkpoint, policy, steps):
     loss_name = cfg["loss"]
     X, Y = DATA[model]
@@ -292,11 +337,8 @@ def run_forward_case(name, model, cfg, batch, chunks, checkpoint, policy, steps)
                                              steps, loss_name)
         other, _ = forward_only_torchgpipe(fresh(), X, Y, batch, bal, chunks, checkpoint,
                                            policy, steps, loss_name, patch=True)
-        a, b = res.state_dict(), other.state_dict()
-        for k in a:
-            if not torch.equal(a[k], b[k]):
-                raise SystemExit("%s: %s differs between fairscale's checkpoint_wrapper and "
-                                 "torchgpipe + patch_batchnorm" % (name, k))
+        same_state(name, "fairscale's checkpoint_wrapper", res, "torchgpipe.GPipe + "
+                   "patch_batchnorm", other)
     else:
         res, losses = forward_only_torchgpipe(fresh(), X, Y, batch, bal, chunks, checkpoint,
                                               policy, steps, loss_name)
