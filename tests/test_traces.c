@@ -8,6 +8,10 @@
  *     chunk<i>-part<j> range, a checkpointed task (i < checkpoint_stop = 2) has a second one at
  *     recompute, recomputes run after every forward and partition by partition from the last,
  *     and a real run breaks no dependency of the graph.
+ *   - Kineto GPU attribution: two real ranks of a training job published by the Holistic Trace
+ *     Analysis project (tests/golden/traces/hta, gzip as published, four annotations per rank
+ *     renamed to PP: names); the spans, streams and the clock correction they must give are
+ *     computed by make_hta_excerpt.py in Python from the same rule (hta-expected.json).
  *   - names: the strings PyTorch pipelining writes are "PP:" + str(_Action), str = stage index,
  *     computation type value, micro-batch index (torch/distributed/pipelining/schedules.py,
  *     _Action.__repr__ and _get_profiler_function_name), e.g. PP:0F3, PP:2I1, PP:1SEND_F0.
@@ -21,12 +25,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
 #include <cmocka.h>
 
 #include "sim/cost.h"
 #include "sim/sim.h"
 #include "src/compare.h"
 #include "src/engine.h"
+#include "src/file.h"
 #include "src/model.h"
 #include "src/schedule.h"
 #include "src/spec.h"
@@ -322,6 +328,71 @@ static void test_pytorch_split_backward(void **state)
     fx_free(&f);
 }
 
+/* ---- real multi-stream Kineto traces (Holistic Trace Analysis), gzip, two ranks ------------ */
+
+static void test_hta_gpu_attribution(void **state)
+{
+    (void)state;
+    struct fx f;
+    fx_file(&f, "tests/golden/traces/pp-1f1b-2x4.spec.json");
+    const char *rel[] = {"tests/golden/traces/hta/rank0.json.gz",
+                         "tests/golden/traces/hta/rank1.json.gz"};
+    struct ps_trace t;
+    struct ps_trace_read_info in;
+    assert_int_equal(read_or_print(&f, rel, 2, &t, &in), 0);
+    char path[1024];
+    src_path(path, sizeof(path), "tests/golden/traces/hta-expected.json");
+    char *text = NULL;
+    size_t len = 0;
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    struct ps_file_opts fo = {.factor = 8};
+    assert_int_equal(ps_file_read(path, &fo, &text, &len, &d), 0);
+    cJSON *exp = cJSON_Parse(text);
+    assert_non_null(exp);
+    const cJSON *skew = cJSON_GetObjectItemCaseSensitive(exp, "skew_us");
+    assert_true(fabs(in.files[0].skew_us - cJSON_GetArrayItem(skew, 0)->valuedouble) < 1e-6);
+    assert_true(fabs(in.files[1].skew_us - cJSON_GetArrayItem(skew, 1)->valuedouble) < 1e-6);
+    assert_true(in.files[1].skew_us > 1000); /* the real clocks needed a correction */
+    assert_false(in.clocks_inconsistent);
+    assert_int_equal(in.n_pytorch, 8);
+    assert_int_equal(in.n_gpu_tasks, 8);
+    const cJSON *tasks = cJSON_GetObjectItemCaseSensitive(exp, "tasks"), *e;
+    int n_checked = 0, n_multi = 0;
+    cJSON_ArrayForEach(e, tasks)
+    {
+        int s = -1, i = -1;
+        char kind = 0;
+        assert_int_equal(sscanf(e->string, "PP:%d%c%d", &s, &kind, &i), 3);
+        char want[32], nm[64];
+        snprintf(want, sizeof(want), "%c(%d,%d)", kind, i, s);
+        const struct ps_trace_rec *r = NULL;
+        for (uint32_t k = 0; k < t.n && !r; k++)
+            if (t.r[k].node != UINT32_MAX &&
+                !strcmp(ps_node_name(f.g, t.r[k].node, nm, sizeof(nm)), want))
+                r = &t.r[k];
+        assert_non_null(r);
+#define NUM(key) cJSON_GetObjectItemCaseSensitive(e, key)->valuedouble
+        assert_true(fabs(r->start_us - NUM("start_us")) < 1e-6);
+        assert_true(fabs(r->dur_us - NUM("dur_us")) < 1e-6);
+        assert_true(fabs(r->cpu_start_us - NUM("cpu_start_us")) < 1e-6);
+        assert_true(fabs(r->cpu_dur_us - NUM("cpu_dur_us")) < 1e-6);
+        assert_int_equal(r->lane_stream, (int64_t)NUM("stream"));
+        assert_int_equal(r->lane_device, (int32_t)NUM("device"));
+#undef NUM
+        n_multi += cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "several_streams"));
+        n_checked++;
+    }
+    assert_int_equal(n_checked, 8);
+    assert_int_equal((int)in.n_multi_stream, n_multi);
+    assert_true(n_multi > 0); /* tasks whose kernels ran on several real streams */
+    cJSON_Delete(exp);
+    free(text);
+    ps_trace_read_info_finish(&in);
+    ps_trace_finish(&t);
+    fx_free(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -329,6 +400,7 @@ int main(void)
         cmocka_unit_test(test_fairscale_pipe),
         cmocka_unit_test(test_pytorch_pp_ranks),
         cmocka_unit_test(test_pytorch_split_backward),
+        cmocka_unit_test(test_hta_gpu_attribution),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
