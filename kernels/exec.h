@@ -63,7 +63,7 @@ struct ps_state {
 int ps_state_init(struct ps_state *st, const struct ps_spec *spec, const struct ps_model *model,
                   uint64_t seed, struct ps_diag *d);
 /* Writes every tensor as DIR/<layer>.<name>.npy (float32; num_batches_tracked int64 scalar).
- * The folder is written as DIR.tmp, then renamed over DIR (an old DIR is replaced). */
+ * DIR must exist; the CLI passes the temporary twin of --save-state DIR (viz/out.c). */
 int ps_state_save(const struct ps_state *st, const struct ps_spec *spec,
                   const struct ps_model *model, const char *dir, struct ps_diag *d);
 void ps_state_zero_grad(struct ps_state *st);

@@ -8,8 +8,9 @@
  * Invariants: every tensor above exists after ps_state_init; parameters and running statistics
  * are float32 and finite; loading rejects a file whose dtype is not a float (parameters) or not
  * an integer (num_batches_tracked), whose shape differs, or that is missing while a folder is
- * given. Saving writes DIR.tmp/ completely, then renames it over DIR, so a failed save never
- * leaves a half-written state folder at DIR.
+ * given. Saving writes the files into a folder the caller made; the CLI gives it the temporary
+ * twin of --save-state DIR (viz/out.c), swapped in only when the whole command succeeded, so a
+ * failed save never leaves a half-written state folder at DIR.
  */
 #include "kernels/exec.h"
 
@@ -21,7 +22,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <dirent.h>
 
 #include "src/npy.h"
 #include "src/rng.h"
@@ -262,36 +262,10 @@ void ps_state_finish(struct ps_state *st)
     memset(st, 0, sizeof(*st));
 }
 
-/* removes DIR and the .npy files in it (only what we could have written: no recursion) */
-static void remove_dir(const char *dir)
-{
-    DIR *dp = opendir(dir);
-    if (dp) {
-        struct dirent *e;
-        char p[PATH_MAX];
-        while ((e = readdir(dp))) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
-            unlink(p);
-        }
-        closedir(dp);
-    }
-    rmdir(dir);
-}
-
 int ps_state_save(const struct ps_state *st, const struct ps_spec *spec,
                   const struct ps_model *model, const char *dir, struct ps_diag *d)
 {
-    char tmp[PATH_MAX], path[PATH_MAX];
-    size_t L = strlen(dir);
-    while (L > 1 && dir[L - 1] == '/') L--;
-    if (L + 16 >= sizeof(tmp)) return ps_diag_set(d, -ENAMETOOLONG, dir, "path too long");
-    snprintf(tmp, sizeof(tmp), "%.*s.tmp", (int)L, dir);
-    remove_dir(tmp);
-    if (mkdir(tmp, 0755) != 0) {
-        int e = errno;
-        return ps_diag_set(d, -e, tmp, "cannot create the folder: %s", strerror(e));
-    }
+    char path[PATH_MAX];
     int rc = 0;
     for (int k = 0; k < st->n_layers && rc == 0; k++) {
         const struct ps_layer *l = &spec->layers[k];
@@ -300,11 +274,9 @@ int ps_state_save(const struct ps_state *st, const struct ps_spec *spec,
             if (!has_tensor(l, (enum tensor)t)) continue;
             int64_t sh[4];
             int nd = tensor_shape(spec, model, k, (enum tensor)t, sh);
-            if (snprintf(path, sizeof(path), "%s/%d.%s.npy", tmp, k, tensor_names[t]) >=
-                (int)sizeof(path)) {
-                rc = ps_diag_set(d, -ENAMETOOLONG, tmp, "path too long");
-                break;
-            }
+            if (snprintf(path, sizeof(path), "%s/%d.%s.npy", dir, k, tensor_names[t]) >=
+                (int)sizeof(path))
+                return ps_diag_set(d, -ENAMETOOLONG, dir, "path too long");
             if (t == T_NBT)
                 rc = ps_npy_save_i64(path, &ls->num_batches_tracked, 0, sh, d);
             else {
@@ -313,30 +285,5 @@ int ps_state_save(const struct ps_state *st, const struct ps_spec *spec,
             }
         }
     }
-    if (rc == 0) {
-        char final[PATH_MAX];
-        snprintf(final, sizeof(final), "%.*s", (int)L, dir);
-        struct stat sb;
-        if (stat(final, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-            /* replace an old state folder: move it aside, rename, then delete it */
-            char old[PATH_MAX];
-            snprintf(old, sizeof(old), "%.*s.old", (int)L, dir);
-            remove_dir(old);
-            if (rename(final, old) != 0) {
-                int e = errno;
-                rc = ps_diag_set(d, -e, final, "cannot replace the folder: %s", strerror(e));
-            } else if (rename(tmp, final) != 0) {
-                int e = errno;
-                rename(old, final);
-                rc = ps_diag_set(d, -e, final, "cannot rename %s: %s", tmp, strerror(e));
-            } else {
-                remove_dir(old);
-            }
-        } else if (rename(tmp, final) != 0) {
-            int e = errno;
-            rc = ps_diag_set(d, -e, final, "cannot rename %s: %s", tmp, strerror(e));
-        }
-    }
-    if (rc) remove_dir(tmp);
     return rc;
 }

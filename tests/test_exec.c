@@ -459,13 +459,13 @@ static void test_state_roundtrip(void **state)
     execute(&a, 2);
     struct ps_diag d;
     ps_diag_clear(&d);
+    /* into an existing folder (the CLI gives the twin of --save-state DIR, viz/out.c) */
+    assert_int_equal(mkdir(dir, 0755), 0);
     if (ps_state_save(&a.res.state, a.spec, a.model, dir, &d)) fail_diag(&d);
-    /* saving again replaces the folder */
+    /* saving again rewrites the same files */
     if (ps_state_save(&a.res.state, a.spec, a.model, dir, &d)) fail_diag(&d);
     struct stat sb;
     char p[PATH_MAX + 32];
-    snprintf(p, sizeof(p), "%s.tmp", dir);
-    assert_int_not_equal(stat(p, &sb), 0);
     snprintf(p, sizeof(p), "%s/4.num_batches_tracked.npy", dir);
     assert_int_equal(stat(p, &sb), 0);
     /* load it back through a spec with model.weights */

@@ -288,7 +288,7 @@ static void test_dot_file_deterministic(void **state)
     assert_memory_equal(a, b, la);
     free(a);
     free(b);
-    assert_int_equal(count_dir_entries("a.dot.tmp"), 0);
+    assert_int_equal(count_dir_entries(".a.dot.tmp"), 0);
     ps_graph_destroy(g);
 }
 
@@ -803,9 +803,10 @@ static void test_out_atomic(void **state)
     ps_out_abort(&o);
     assert_int_not_equal(access(path, F_OK), 0);
     assert_int_equal(count_dir_entries("atomic.txt"), 0);
+    assert_int_equal(count_dir_entries(".atomic.txt"), 0);
     /* commit */
     assert_int_equal(ps_out_open(&o, path, &d), 0);
-    assert_int_equal(count_dir_entries("atomic.txt.tmp."), 1);
+    assert_int_equal(count_dir_entries(".atomic.txt.tmp."), 1);
     assert_int_not_equal(access(path, F_OK), 0); /* not there before the commit */
     fputs("old content\n", o.f);
     o.sync = true;
@@ -837,13 +838,24 @@ static void test_out_atomic(void **state)
     free(s);
     assert_int_equal(count_dir_entries("atomic.txt"), 1);
     ps_graph_destroy(g);
-    /* a folder that does not exist */
+    /* folders that do not exist are made */
     ps_diag_clear(&d);
     cJSON *root = ps_report_new();
     rc = ps_report_write(root, tmp("no/such/dir/r.json"), &d);
+    assert_int_equal(rc, 0);
+    s = fx_slurp(tmp("no/such/dir/r.json"), NULL);
+    assert_non_null(strstr(s, "\"pipescope\":\t1"));
+    free(s);
+    assert_int_equal(unlink(tmp("no/such/dir/r.json")), 0);
+    assert_int_equal(rmdir(tmp("no/such/dir")), 0);
+    assert_int_equal(rmdir(tmp("no/such")), 0);
+    assert_int_equal(rmdir(tmp("no")), 0);
+    /* a folder under a file cannot be: the error names the file */
+    rc = ps_report_write(root, tmp("atomic.txt/r.json"), &d);
     cJSON_Delete(root);
-    assert_int_equal(rc, -ENOENT);
-    assert_non_null(strstr(d.where, "r.json"));
+    assert_int_equal(rc, -ENOTDIR);
+    assert_string_equal(d.where, tmp("atomic.txt"));
+    assert_int_equal(count_dir_entries("atomic.txt"), 1);
 }
 
 int main(void)

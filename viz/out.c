@@ -1,55 +1,279 @@
-/* out: atomic output files, so that a failed command never leaves a partial file behind.
+/* out: every file and folder pipescope writes, written so that nothing it did not write is lost.
  *
- * Every viz writer that takes a path goes through here:
+ * Files (ps_out_open / ps_out_commit / ps_out_abort, ps_out_write):
  *
- *     ps_out_open(PATH)  -> PATH.tmp.XXXXXX created (mkstemp) in PATH's folder
- *         write to o.f
- *     ps_out_commit      -> fflush, [fsync], fclose, rename(tmp, PATH)   (atomic on POSIX)
- *     ps_out_abort       -> fclose, unlink(tmp); an old PATH stays as it was
+ *     PATH            regular or absent: .NAME.tmp.XXXXXX created beside it (O_CREAT|O_EXCL|
+ *                     O_NOFOLLOW, relative to the folder's descriptor), renamed over NAME on commit
+ *     PATH -> TARGET  a symbolic link: the same for TARGET, so the link stays a link
+ *     char device, FIFO, "-" (stdout): written straight through, no temporary file, no rename
+ *     folder, block device, dangling link: refused
  *
- * Invariants: O1. PATH is only ever replaced by a complete file (rename is the last step and
- * happens only when every write, the flush and the close succeeded). O2. After commit or abort
- * no temporary file remains and the struct is zeroed. O3. "-" (or NULL) means stdout, which is
- * flushed but never closed; an abort there cannot take back what was written.
+ * Folders (ps_out_folder, for -o DIR and --save-state DIR): DIR's files are written into a
+ * temporary twin .DIR.tmp.XXXXXX (mkdtemp-like, beside DIR) that holds pipescope's marker file
+ * MARKER; on success the twin is swapped in with one renameat2(RENAME_EXCHANGE) when DIR exists
+ * (so DIR exists at every instant) and the old DIR is removed, or renamed into place when it
+ * does not. DIR may be absent, empty, or a folder holding MARKER; anything else (a file, a link,
+ * a folder of the user's) is refused before any computation, and checked again at the swap.
  *
- * A command writes several files (--trace, --json, --svg, -o DIR/...). Between
- * ps_out_defer_begin() and ps_out_defer_end(), commits stop before the rename: the complete
- * temporary files wait, and ps_out_defer_end(true) renames them all (in commit order), while
- * ps_out_defer_end(false) removes them. The CLI wraps every command in it, so a command that
- * fails after writing one output leaves every earlier file as it was (O4: no output of a failed
- * command replaces an old file); a folder it created for them (ps_out_mkdir) goes away again.
- * Single-threaded: one deferral at a time.
+ * Invariants:
+ *   O1. PATH is only ever replaced by a complete file: the rename is the last step, after every
+ *       write, the flush and the close succeeded (each one checked).
+ *   O2. After commit or abort no temporary file remains and the struct is zeroed.
+ *   O3. "-" (or NULL) means stdout, flushed but never closed; straight-through writes (stdout,
+ *       devices, FIFOs) cannot be taken back by an abort.
+ *   O4. Between ps_out_defer_begin() and ps_out_defer_end(), commits stop before the rename: the
+ *       complete temporary files and folders wait; ps_out_defer_end(true) renames the files (in
+ *       commit order), then swaps the folders in; ps_out_defer_end(false) removes them. The CLI
+ *       wraps every command in it, so a failed command replaces no old output.
+ *   O5. Only what pipescope created is ever removed: temporary names are unique (two runs on
+ *       the same output never share one), created and removed relative to a folder descriptor
+ *       without following links; a folder is replaced only when it is empty or carries MARKER;
+ *       missing parent folders are created and removed again (when empty) on failure.
+ *   O6. SIGINT, SIGTERM and SIGHUP remove every temporary file and folder and every created
+ *       parent still registered (async-signal-safe: unlinkat, getdents64, no allocation), then
+ *       the signal takes its default course.
+ * Single-threaded for registration; one deferral at a time.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "viz/viz.h"
 
+#define MARKER_TEXT                                                                                \
+    "This folder was written by pipescope. pipescope replaces it, whole, the next time it\n"       \
+    "writes here; remove this file to keep pipescope from doing that.\n"
+
+/* ---- the cleanup registry (O6) ------------------------------------------------------------ */
+
+enum { R_FREE, R_FILE, R_TREE, R_EMPTY };
+#define N_REG 128
+
+static struct reg {
+    volatile sig_atomic_t kind; /* set last on add, first on delete */
+    int dirfd;                  /* the folder holding `name` (owned by the registry) */
+    char name[NAME_MAX + 1];
+} reg[N_REG];
+static bool handlers_installed;
+
+/* Removes folder `name` under dirfd and everything in it, without following links; only
+ * async-signal-safe calls. Returns 0 or -errno of the final rmdir. */
+static int remove_tree_at(int dirfd, const char *name, int depth)
+{
+    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+        char buf[4096];
+        for (int pass = 0; pass < 64; pass++) {
+            bool removed = false;
+            lseek(fd, 0, SEEK_SET);
+            for (;;) {
+                long n = syscall(SYS_getdents64, fd, buf, sizeof(buf));
+                if (n <= 0) break;
+                for (long off = 0; off < n;) {
+                    struct {
+                        uint64_t ino;
+                        int64_t off;
+                        unsigned short reclen;
+                        unsigned char type;
+                        char name[];
+                    } *e = (void *)(buf + off);
+                    off += e->reclen;
+                    if (!strcmp(e->name, ".") || !strcmp(e->name, "..")) continue;
+                    if (e->type != DT_DIR && unlinkat(fd, e->name, 0) == 0) {
+                        removed = true;
+                        continue;
+                    }
+                    if (depth < 32 && remove_tree_at(fd, e->name, depth + 1) == 0) removed = true;
+                }
+            }
+            if (!removed) break;
+        }
+        close(fd);
+    }
+    return unlinkat(dirfd, name, AT_REMOVEDIR) == 0 ? 0 : -errno;
+}
+
+static void cleanup_entry(struct reg *r)
+{
+    int k = r->kind;
+    r->kind = R_FREE;
+    if (k == R_FILE) unlinkat(r->dirfd, r->name, 0);
+    else if (k == R_TREE) remove_tree_at(r->dirfd, r->name, 0);
+    else if (k == R_EMPTY) unlinkat(r->dirfd, r->name, AT_REMOVEDIR);
+}
+
+static void on_signal(int sig)
+{
+    int saved = errno;
+    for (int i = N_REG - 1; i >= 0; i--) /* newest first: files, then folders, then parents */
+        if (reg[i].kind != R_FREE) cleanup_entry(&reg[i]);
+    signal(sig, SIG_DFL);
+    errno = saved;
+    raise(sig);
+}
+
+static void install_handlers(void)
+{
+    if (handlers_installed) return;
+    handlers_installed = true;
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t k = 0; k < sizeof(sigs) / sizeof(sigs[0]); k++) {
+        struct sigaction old, sa;
+        if (sigaction(sigs[k], NULL, &old) != 0 || old.sa_handler != SIG_DFL) continue; /* nohup */
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_handler = on_signal;
+        sigfillset(&sa.sa_mask);
+        sigaction(sigs[k], &sa, NULL);
+    }
+}
+
+/* Registers `name` under dirfd (duplicated) for removal on a signal; the slot, or -1 when the
+ * registry is full (the entry is then only removed by the normal paths). */
+static int reg_add(int kind, int dirfd, const char *name)
+{
+    install_handlers();
+    for (int i = 0; i < N_REG; i++) {
+        if (reg[i].kind != R_FREE) continue;
+        int fd = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
+        if (fd < 0) return -1;
+        reg[i].dirfd = fd;
+        snprintf(reg[i].name, sizeof(reg[i].name), "%s", name);
+        __atomic_signal_fence(__ATOMIC_SEQ_CST);
+        reg[i].kind = kind;
+        return i;
+    }
+    return -1;
+}
+
+/* Forgets slot i (no removal); -1 is ignored. */
+static void reg_del(int i)
+{
+    if (i < 0 || i >= N_REG || reg[i].kind == R_FREE) return;
+    reg[i].kind = R_FREE;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    close(reg[i].dirfd);
+    reg[i].dirfd = -1;
+}
+
+/* ---- names --------------------------------------------------------------------------------- */
+
+/* Splits PATH into its folder (malloc'd; "." when none) and last component (in PATH, after
+ * trailing slashes were cut by the caller). */
+static char *parent_of(const char *path, const char **base)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash) {
+        *base = path;
+        return strdup(".");
+    }
+    *base = slash + 1;
+    if (slash == path) return strdup("/");
+    return strndup(path, (size_t)(slash - path));
+}
+
+/* ".NAME.tmp.XXXXXX" with NAME cut to fit NAME_MAX, random suffix */
+static void temp_name(const char *base, char out[NAME_MAX + 1])
+{
+    static const char digits[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    unsigned char rnd[6];
+    if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
+        static unsigned counter;
+        unsigned v = (unsigned)getpid() * 2654435761u ^ ++counter * 40503u;
+        for (int k = 0; k < 6; k++) rnd[k] = (unsigned char)(v >> (k * 5));
+    }
+    int keep = (int)strlen(base);
+    if (keep > NAME_MAX - 16) keep = NAME_MAX - 16;
+    int n = snprintf(out, NAME_MAX + 1, ".%.*s.tmp.", keep, base);
+    for (int k = 0; k < 6; k++) out[n + k] = digits[rnd[k] % (sizeof(digits) - 1)];
+    out[n + 6] = '\0';
+}
+
+/* ---- created parent folders and the deferral ------------------------------------------------ */
+
+struct dirmade { int slot; char *path; };
+struct pending { int dirfd, slot; char *tmp, *name, *path; };
+struct folder {
+    int dirfd, slot;
+    char *path;  /* DIR as the user gave it, trailing slashes cut */
+    char *name;  /* last component */
+    char *tmp;   /* temporary twin's name in dirfd */
+    char *write; /* parent/tmp: where the command writes DIR's files */
+};
+
 static struct {
     bool on;
     int n, cap;
-    char **tmp, **path;
+    struct pending *files;
+    int n_folders;
+    struct folder folders[8];
     int n_dirs;
-    char *dirs[8]; /* folders ps_out_mkdir created, removed again (when empty) on abort */
+    struct dirmade dirs[64]; /* parents created, removed again when they stay empty */
 } defer;
 
-int ps_out_mkdir(const char *dir, struct ps_diag *diag)
+static int diag_errno(struct ps_diag *diag, int e, const char *where, const char *what)
 {
-    if (mkdir(dir, 0755) == 0) {
-        if (defer.on && defer.n_dirs < 8) {
-            char *c = strdup(dir);
-            if (c) defer.dirs[defer.n_dirs++] = c;
-        }
-        return 0;
-    }
-    int e = errno;
+    return ps_diag_set(diag, -e, where, "%s: %s", what, strerror(e));
+}
+
+/* Creates the missing folders of `dir` (mkdir -p), remembering those it made (O5). */
+static int make_parents(const char *dir, struct ps_diag *diag)
+{
     struct stat st;
-    if (e == EEXIST && stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) return 0;
-    return ps_diag_set(diag, -e, dir, "cannot create the folder: %s", strerror(e));
+    if (stat(dir, &st) == 0) {
+        if (S_ISDIR(st.st_mode)) return 0;
+        return ps_diag_set(diag, -ENOTDIR, dir, "cannot create a folder here: %s", strerror(ENOTDIR));
+    }
+    char *p = strdup(dir);
+    if (!p) return ps_diag_set(diag, -ENOMEM, dir, "out of memory");
+    int rc = 0;
+    size_t n = strlen(p);
+    for (size_t i = 1; i <= n && rc == 0; i++) {
+        if (i < n && p[i] != '/') continue;
+        if (i < n && p[i - 1] == '/') continue; /* "a//b" */
+        char c = p[i];
+        p[i] = '\0';
+        if (mkdir(p, 0755) == 0) {
+            if (defer.on && defer.n_dirs < (int)(sizeof(defer.dirs) / sizeof(defer.dirs[0]))) {
+                const char *base;
+                char *par = parent_of(p, &base);
+                int fd = par ? open(par, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+                struct dirmade *m = &defer.dirs[defer.n_dirs++];
+                m->path = strdup(p);
+                m->slot = fd >= 0 ? reg_add(R_EMPTY, fd, base) : -1;
+                if (fd >= 0) close(fd);
+                free(par);
+            }
+        } else if (errno != EEXIST) {
+            rc = diag_errno(diag, errno, p, "cannot create the folder");
+        } else if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode)) {
+            rc = ps_diag_set(diag, -ENOTDIR, p, "cannot create a folder here: %s", strerror(ENOTDIR));
+        }
+        p[i] = c;
+    }
+    free(p);
+    return rc;
+}
+
+/* Removes the created parents that are empty (all of them after a failure, the unused ones
+ * after a success), newest first. */
+static void drop_parents(void)
+{
+    for (int k = defer.n_dirs - 1; k >= 0; k--) {
+        reg_del(defer.dirs[k].slot);
+        if (defer.dirs[k].path) rmdir(defer.dirs[k].path);
+        free(defer.dirs[k].path);
+    }
+    defer.n_dirs = 0;
 }
 
 void ps_out_defer_begin(void)
@@ -57,87 +281,377 @@ void ps_out_defer_begin(void)
     defer.on = true;
 }
 
+static void folder_free(struct folder *f)
+{
+    reg_del(f->slot);
+    if (f->dirfd >= 0) close(f->dirfd);
+    free(f->path);
+    free(f->name);
+    free(f->tmp);
+    free(f->write);
+    memset(f, 0, sizeof(*f));
+    f->dirfd = -1;
+}
+
+/* 1 when folder `name` under dirfd is pipescope's (holds MARKER as a regular file) or empty,
+ * 0 when not, or -errno. */
+static int owned_at(int dirfd, const char *name)
+{
+    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return -errno;
+    struct stat st;
+    if (fstatat(fd, PS_OUT_MARKER, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
+        close(fd);
+        return 1;
+    }
+    DIR *dp = fdopendir(fd);
+    if (!dp) {
+        close(fd);
+        return -errno;
+    }
+    int own = 1;
+    struct dirent *e;
+    while ((e = readdir(dp)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) own = 0;
+    closedir(dp);
+    return own;
+}
+
+/* DIR may be replaced: absent, empty or pipescope's. 0, or -errno with diag. */
+static int check_replaceable(int dirfd, const char *name, const char *path, struct ps_diag *diag)
+{
+    struct stat st;
+    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (errno == ENOENT) return 0;
+        return diag_errno(diag, errno, path, "cannot use the folder");
+    }
+    if (S_ISLNK(st.st_mode)) {
+        ps_diag_set(diag, -EEXIST, path, "is a symbolic link; pipescope writes its folders only in place of "
+                                         "an empty folder or one it wrote");
+        ps_diag_hint(diag, "give the folder the link points to, or another name");
+        return -EEXIST;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        ps_diag_set(diag, -EEXIST, path, "exists and is not a folder; pipescope does not replace it");
+        ps_diag_hint(diag, "choose another name, or remove it yourself");
+        return -EEXIST;
+    }
+    int own = owned_at(dirfd, name);
+    if (own < 0) return diag_errno(diag, -own, path, "cannot read the folder");
+    if (!own) {
+        ps_diag_set(diag, -EEXIST, path,
+                    "the folder holds files pipescope did not write (no %s in it); pipescope replaces "
+                    "only empty folders and its own",
+                    PS_OUT_MARKER);
+        ps_diag_hint(diag, "choose another folder, or empty this one");
+        return -EEXIST;
+    }
+    return 0;
+}
+
+static int write_all(int fd, const char *s, size_t n)
+{
+    while (n) {
+        ssize_t w = write(fd, s, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return w < 0 ? -errno : -EIO;
+        s += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int ps_out_folder(const char *dir, const char **write_to, struct ps_diag *diag)
+{
+    *write_to = NULL;
+    if (!defer.on) return ps_diag_set(diag, -EINVAL, dir ? dir : "output", "output folders need a deferral");
+    if (!dir || !*dir) return ps_diag_set(diag, -EINVAL, "output", "empty folder name");
+    size_t L = strlen(dir);
+    while (L > 1 && dir[L - 1] == '/') L--;
+    for (int k = 0; k < defer.n_folders; k++)
+        if (strlen(defer.folders[k].path) == L && !strncmp(defer.folders[k].path, dir, L)) {
+            *write_to = defer.folders[k].write;
+            return 0;
+        }
+    if (defer.n_folders == (int)(sizeof(defer.folders) / sizeof(defer.folders[0])))
+        return ps_diag_set(diag, -EMFILE, dir, "too many output folders");
+    struct folder f = {.dirfd = -1, .slot = -1};
+    f.path = strndup(dir, L);
+    if (!f.path) return ps_diag_set(diag, -ENOMEM, dir, "out of memory");
+    const char *base;
+    char *par = parent_of(f.path, &base);
+    int rc = 0;
+    if (!par) rc = ps_diag_set(diag, -ENOMEM, dir, "out of memory");
+    if (rc == 0 && (!strcmp(base, "/") || !*base || !strcmp(base, ".") || !strcmp(base, "..")))
+        rc = ps_diag_set(diag, -EINVAL, f.path, "cannot be an output folder (name it, e.g. out/run1)");
+    if (rc == 0) rc = make_parents(par, diag);
+    if (rc == 0) {
+        f.name = strdup(base);
+        f.dirfd = open(par, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (!f.name) rc = ps_diag_set(diag, -ENOMEM, dir, "out of memory");
+        else if (f.dirfd < 0) rc = diag_errno(diag, errno, par, "cannot open the folder");
+    }
+    if (rc == 0) rc = check_replaceable(f.dirfd, f.name, f.path, diag);
+    char tmp[NAME_MAX + 1];
+    for (int tries = 0; rc == 0; tries++) {
+        temp_name(f.name, tmp);
+        if (mkdirat(f.dirfd, tmp, 0700) == 0) break;
+        if (errno != EEXIST || tries > 100) {
+            rc = diag_errno(diag, errno, f.path, "cannot create the folder");
+            ps_diag_hint(diag, "check that its parent folder is writable");
+        }
+    }
+    if (rc == 0) {
+        f.slot = reg_add(R_TREE, f.dirfd, tmp);
+        f.tmp = strdup(tmp);
+        size_t n = strlen(par) + strlen(tmp) + 2;
+        f.write = malloc(n);
+        if (!f.tmp) {
+            unlinkat(f.dirfd, tmp, AT_REMOVEDIR);
+            rc = ps_diag_set(diag, -ENOMEM, dir, "out of memory");
+        } else if (!f.write) {
+            rc = ps_diag_set(diag, -ENOMEM, dir, "out of memory");
+        } else {
+            snprintf(f.write, n, "%s/%s", par, tmp);
+        }
+    }
+    if (rc == 0) {
+        /* the marker, and the usual folder mode (mkdtemp's 0700 is for the name only) */
+        int dfd = openat(f.dirfd, tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int mfd = dfd < 0 ? -1
+                          : openat(dfd, PS_OUT_MARKER, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                                   0644);
+        int e = mfd < 0 ? errno : -write_all(mfd, MARKER_TEXT, sizeof(MARKER_TEXT) - 1);
+        if (mfd >= 0 && close(mfd) != 0 && !e) e = errno;
+        if (!e && dfd >= 0 && fchmod(dfd, 0755) != 0) e = errno;
+        if (dfd >= 0) close(dfd);
+        if (e) rc = diag_errno(diag, e, f.path, "cannot write the folder");
+    }
+    free(par);
+    if (rc) {
+        if (f.tmp) remove_tree_at(f.dirfd, f.tmp, 0);
+        folder_free(&f);
+        return rc;
+    }
+    defer.folders[defer.n_folders++] = f;
+    *write_to = f.write;
+    return 0;
+}
+
+/* Swaps folder f's twin in (O4, O5). */
+static int folder_commit(struct folder *f, struct ps_diag *diag)
+{
+    int rc = check_replaceable(f->dirfd, f->name, f->path, diag);
+    if (rc) return rc;
+    if (renameat2(f->dirfd, f->tmp, f->dirfd, f->name, RENAME_NOREPLACE) == 0) return 0;
+    if (errno == EINVAL || errno == ENOSYS) { /* a file system without renameat2 flags */
+        if (renameat(f->dirfd, f->tmp, f->dirfd, f->name) == 0) return 0;
+    }
+    if (errno != EEXIST && errno != ENOTEMPTY && errno != EINVAL && errno != ENOSYS)
+        return diag_errno(diag, errno, f->path, "cannot create the folder");
+    if (renameat2(f->dirfd, f->tmp, f->dirfd, f->name, RENAME_EXCHANGE) == 0) {
+        /* the old DIR is now at f->tmp: remove it if it is still ours, else swap back */
+        int own = owned_at(f->dirfd, f->tmp);
+        if (own != 1) {
+            renameat2(f->dirfd, f->tmp, f->dirfd, f->name, RENAME_EXCHANGE);
+            return ps_diag_set(diag, -EEXIST, f->path, "the folder changed while pipescope ran; "
+                                                       "it was left as it is");
+        }
+        remove_tree_at(f->dirfd, f->tmp, 0);
+        return 0;
+    }
+    if (errno != EINVAL && errno != ENOSYS)
+        return diag_errno(diag, errno, f->path, "cannot replace the folder");
+    /* no RENAME_EXCHANGE here: move the old one aside, rename, remove the old one */
+    char old[NAME_MAX + 1];
+    temp_name(f->name, old);
+    if (renameat(f->dirfd, f->name, f->dirfd, old) != 0)
+        return diag_errno(diag, errno, f->path, "cannot replace the folder");
+    int slot = reg_add(R_TREE, f->dirfd, old);
+    if (renameat(f->dirfd, f->tmp, f->dirfd, f->name) != 0) {
+        int e = errno;
+        renameat(f->dirfd, old, f->dirfd, f->name);
+        reg_del(slot);
+        return diag_errno(diag, e, f->path, "cannot replace the folder");
+    }
+    reg_del(slot);
+    remove_tree_at(f->dirfd, old, 0);
+    return 0;
+}
+
 int ps_out_defer_end(bool commit, struct ps_diag *diag)
 {
     int rc = 0;
     for (int k = 0; k < defer.n; k++) {
-        if (commit && rc == 0 && rename(defer.tmp[k], defer.path[k]) != 0) {
-            int e = errno;
-            rc = ps_diag_set(diag, -e, defer.path[k], "cannot write the file: %s", strerror(e));
+        struct pending *p = &defer.files[k];
+        bool done = false;
+        if (commit && rc == 0) {
+            if (renameat(p->dirfd, p->tmp, p->dirfd, p->name) == 0) done = true;
+            else rc = diag_errno(diag, errno, p->path, "cannot write the file");
         }
-        if (!commit || rc) unlink(defer.tmp[k]);
-        free(defer.tmp[k]);
-        free(defer.path[k]);
+        if (!done) unlinkat(p->dirfd, p->tmp, 0);
+        reg_del(p->slot);
+        close(p->dirfd);
+        free(p->tmp);
+        free(p->name);
+        free(p->path);
     }
-    for (int k = defer.n_dirs - 1; k >= 0; k--) {
-        if (!commit || rc) rmdir(defer.dirs[k]);
-        free(defer.dirs[k]);
+    for (int k = 0; k < defer.n_folders; k++) {
+        struct folder *f = &defer.folders[k];
+        bool done = false;
+        if (commit && rc == 0) {
+            rc = folder_commit(f, diag);
+            done = rc == 0;
+        }
+        if (!done) remove_tree_at(f->dirfd, f->tmp, 0); /* not swapped in: the twin goes */
+        folder_free(f);
     }
-    free(defer.tmp);
-    free(defer.path);
+    drop_parents();
+    free(defer.files);
     memset(&defer, 0, sizeof(defer));
     return rc;
 }
 
-/* Takes over o->tmp and o->path; 0 or -ENOMEM. */
+/* Takes over o's names; 0 or -ENOMEM. */
 static int defer_add(struct ps_out *o)
 {
     if (defer.n == defer.cap) {
         int nc = defer.cap ? defer.cap * 2 : 8;
-        char **t = realloc(defer.tmp, (size_t)nc * sizeof(char *));
-        if (!t) return -ENOMEM;
-        defer.tmp = t;
-        char **p = realloc(defer.path, (size_t)nc * sizeof(char *));
+        struct pending *p = realloc(defer.files, (size_t)nc * sizeof(*p));
         if (!p) return -ENOMEM;
-        defer.path = p;
+        defer.files = p;
         defer.cap = nc;
     }
-    defer.tmp[defer.n] = o->tmp;
-    defer.path[defer.n] = o->path;
-    defer.n++;
+    defer.files[defer.n++] = (struct pending){o->dirfd, o->slot, o->tmp, o->name, o->path};
     return 0;
+}
+
+/* ---- files ------------------------------------------------------------------------------------ */
+
+static void out_free(struct ps_out *o)
+{
+    if (o->dirfd > 0) close(o->dirfd);
+    free(o->path);
+    free(o->tmp);
+    free(o->name);
+    memset(o, 0, sizeof(*o));
+}
+
+/* What PATH is: fills *real (malloc'd: PATH, or a link's target) and *st (st_mode 0 when
+ * absent). Refuses folders, block devices, dangling links and "name/". */
+static int classify(const char *path, char **real, struct stat *st, struct ps_diag *diag)
+{
+    *real = NULL;
+    memset(st, 0, sizeof(*st));
+    size_t n = strlen(path);
+    if (n == 0) return ps_diag_set(diag, -EINVAL, "output", "empty file name");
+    if (path[n - 1] == '/')
+        return ps_diag_set(diag, -EISDIR, path, "a file name cannot end with '/'");
+    struct stat ls;
+    if (lstat(path, &ls) != 0) {
+        if (errno != ENOENT && errno != ENOTDIR) return diag_errno(diag, errno, path, "cannot write the file");
+        *real = strdup(path);
+        return *real ? 0 : ps_diag_set(diag, -ENOMEM, path, "out of memory");
+    }
+    if (S_ISLNK(ls.st_mode)) {
+        char *r = realpath(path, NULL);
+        if (!r) {
+            ps_diag_set(diag, -ENOENT, path, "is a symbolic link to nothing (%s)", strerror(errno));
+            ps_diag_hint(diag, "remove the link or give another name");
+            return -ENOENT;
+        }
+        if (stat(r, st) != 0) {
+            int e = errno;
+            free(r);
+            return diag_errno(diag, e, path, "cannot write the file");
+        }
+        *real = r;
+    } else {
+        *st = ls;
+        *real = strdup(path);
+        if (!*real) return ps_diag_set(diag, -ENOMEM, path, "out of memory");
+    }
+    if (S_ISDIR(st->st_mode) || S_ISBLK(st->st_mode)) {
+        free(*real);
+        *real = NULL;
+        if (S_ISDIR(st->st_mode)) return ps_diag_set(diag, -EISDIR, path, "is a folder, not a file");
+        return ps_diag_set(diag, -EINVAL, path, "is a block device; pipescope does not write to it");
+    }
+    return 0;
+}
+
+static bool straight_through(const struct stat *st)
+{
+    return S_ISCHR(st->st_mode) || S_ISFIFO(st->st_mode) || S_ISSOCK(st->st_mode);
 }
 
 int ps_out_open(struct ps_out *o, const char *path, struct ps_diag *diag)
 {
     memset(o, 0, sizeof(*o));
+    o->slot = -1;
     if (!path || strcmp(path, "-") == 0) {
         o->f = stdout;
         return 0;
     }
-    size_t n = strlen(path);
-    if (n == 0) return ps_diag_set(diag, -EINVAL, "output", "empty file name");
+    char *real;
+    struct stat st;
+    int rc = classify(path, &real, &st, diag);
+    if (rc) return rc;
     o->path = strdup(path);
-    o->tmp = malloc(n + sizeof(".tmp.XXXXXX"));
-    if (!o->path || !o->tmp) {
-        ps_out_abort(o);
+    if (!o->path) {
+        free(real);
         return ps_diag_set(diag, -ENOMEM, path, "out of memory");
     }
-    memcpy(o->tmp, path, n);
-    memcpy(o->tmp + n, ".tmp.XXXXXX", sizeof(".tmp.XXXXXX"));
-    int fd = mkstemp(o->tmp);
-    if (fd < 0) {
-        int e = errno;
-        free(o->path);
-        free(o->tmp);
-        memset(o, 0, sizeof(*o));
-        ps_diag_set(diag, -e, path, "cannot create the file: %s", strerror(e));
-        ps_diag_hint(diag, "check that the folder exists and is writable");
-        return -e;
+    if (straight_through(&st)) {
+        /* a terminal, /dev/null, a FIFO: no temporary file, no rename (O3) */
+        int fd = open(real, O_WRONLY | O_NOCTTY | O_CLOEXEC);
+        free(real);
+        if (fd < 0 || !(o->f = fdopen(fd, "w"))) {
+            int e = errno;
+            if (fd >= 0) close(fd);
+            out_free(o);
+            return diag_errno(diag, e, path, "cannot open for writing");
+        }
+        o->direct = true;
+        return 0;
     }
-    struct stat st;
+    const char *base;
+    char *par = parent_of(real, &base);
+    o->name = par ? strdup(base) : NULL;
+    if (!par || !o->name) rc = ps_diag_set(diag, -ENOMEM, path, "out of memory");
+    if (rc == 0) rc = make_parents(par, diag);
+    if (rc == 0 && (o->dirfd = open(par, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+        o->dirfd = 0;
+        rc = diag_errno(diag, errno, path, "cannot create the file");
+    }
+    char tmp[NAME_MAX + 1];
+    int fd = -1;
+    for (int tries = 0; rc == 0 && fd < 0; tries++) {
+        temp_name(o->name, tmp);
+        fd = openat(o->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0 && (errno != EEXIST || tries > 100)) {
+            rc = diag_errno(diag, errno, path, "cannot create the file");
+            ps_diag_hint(diag, "check that the folder is writable");
+        }
+    }
+    free(par);
+    free(real);
+    if (rc) {
+        out_free(o);
+        return rc;
+    }
+    o->slot = reg_add(R_FILE, o->dirfd, tmp);
+    o->tmp = strdup(tmp);
     mode_t mode = 0644;
-    if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) mode = st.st_mode & 07777;
+    if (S_ISREG(st.st_mode)) mode = st.st_mode & 07777;
     (void)fchmod(fd, mode);
-    o->f = fdopen(fd, "w");
-    if (!o->f) {
-        int e = errno;
+    if (!o->tmp || !(o->f = fdopen(fd, "w"))) {
+        int e = o->tmp ? errno : ENOMEM;
         close(fd);
-        unlink(o->tmp);
-        free(o->path);
-        free(o->tmp);
-        memset(o, 0, sizeof(*o));
-        return ps_diag_set(diag, -e, path, "cannot open the file: %s", strerror(e));
+        unlinkat(o->dirfd, tmp, 0);
+        reg_del(o->slot);
+        out_free(o);
+        return diag_errno(diag, e, path, "cannot open the file");
     }
     return 0;
 }
@@ -146,35 +660,42 @@ int ps_out_commit(struct ps_out *o, struct ps_diag *diag)
 {
     if (!o->f) return ps_diag_set(diag, -EBADF, "output", "commit of a file that is not open");
     if (o->f == stdout) {
-        int bad = fflush(stdout) != 0 || ferror(stdout);
         memset(o, 0, sizeof(*o));
-        if (bad) return ps_diag_set(diag, -EIO, "stdout", "write error");
-        return 0;
+        return ps_out_stdout_check(diag);
     }
     int e = 0;
+    errno = 0;
     if (fflush(o->f) != 0 || ferror(o->f)) e = errno ? errno : EIO;
-    if (!e && o->sync && fsync(fileno(o->f)) != 0) e = errno;
+    if (!e && o->sync && !o->direct && fsync(fileno(o->f)) != 0) e = errno;
     if (fclose(o->f) != 0 && !e) e = errno ? errno : EIO;
     o->f = NULL;
+    if (o->direct) {
+        char *p = o->path;
+        o->path = NULL;
+        out_free(o);
+        int rc = e ? diag_errno(diag, e, p, "write error") : 0;
+        free(p);
+        return rc;
+    }
     if (!e && defer.on) {
         if (defer_add(o) == 0) {
-            memset(o, 0, sizeof(*o)); /* renamed by ps_out_defer_end */
+            o->dirfd = 0; /* owned by the deferral now */
+            o->tmp = o->name = o->path = NULL;
+            out_free(o);
             return 0;
         }
         e = ENOMEM;
     }
-    if (!e && rename(o->tmp, o->path) != 0) e = errno;
+    if (!e && renameat(o->dirfd, o->tmp, o->dirfd, o->name) != 0) e = errno;
     if (e) {
-        unlink(o->tmp);
-        ps_diag_set(diag, -e, o->path, "cannot write the file: %s", strerror(e));
-        free(o->path);
-        free(o->tmp);
-        memset(o, 0, sizeof(*o));
-        return -e;
+        unlinkat(o->dirfd, o->tmp, 0);
+        reg_del(o->slot);
+        int rc = diag_errno(diag, e, o->path, "cannot write the file");
+        out_free(o);
+        return rc;
     }
-    free(o->path);
-    free(o->tmp);
-    memset(o, 0, sizeof(*o));
+    reg_del(o->slot);
+    out_free(o);
     return 0;
 }
 
@@ -183,13 +704,13 @@ void ps_out_abort(struct ps_out *o)
     if (!o) return;
     if (o->f == stdout) {
         fflush(stdout);
-    } else {
-        if (o->f) fclose(o->f);
-        if (o->tmp) unlink(o->tmp);
+        memset(o, 0, sizeof(*o));
+        return;
     }
-    free(o->path);
-    free(o->tmp);
-    memset(o, 0, sizeof(*o));
+    if (o->f) fclose(o->f);
+    if (o->tmp) unlinkat(o->dirfd, o->tmp, 0);
+    if (o->tmp) reg_del(o->slot);
+    out_free(o);
 }
 
 int ps_out_write(const char *path, int (*write)(FILE *f, void *ctx, struct ps_diag *diag),
@@ -198,12 +719,77 @@ int ps_out_write(const char *path, int (*write)(FILE *f, void *ctx, struct ps_di
     struct ps_out o;
     int rc = ps_out_open(&o, path, diag);
     if (rc < 0) return rc;
-    rc = write(o.f, ctx, diag);
+    struct ps_diag wd;
+    ps_diag_clear(&wd);
+    errno = 0;
+    rc = write(o.f, ctx, &wd);
+    int e = errno;
+    if (ferror(o.f)) {
+        /* an I/O error (a full disk): name the file and say why, not the writer's "write error" */
+        if (!e) {
+            errno = 0;
+            e = fflush(o.f) != 0 && errno ? errno : EIO;
+        }
+        ps_out_abort(&o);
+        return diag_errno(diag, e, path && strcmp(path, "-") ? path : "stdout", "write error");
+    }
     if (rc < 0) {
+        if (diag && diag->code == 0) *diag = wd;
+        else if (diag) diag->count++;
         ps_out_abort(&o);
         return rc;
     }
     return ps_out_commit(&o, diag);
+}
+
+int ps_out_check(const char *path, struct ps_diag *diag)
+{
+    if (!path || strcmp(path, "-") == 0) return 0;
+    char *real;
+    struct stat st;
+    int rc = classify(path, &real, &st, diag);
+    if (rc) return rc;
+    if (straight_through(&st)) {
+        rc = S_ISFIFO(st.st_mode) || access(real, W_OK) == 0
+                 ? 0
+                 : diag_errno(diag, errno, path, "cannot open for writing");
+        free(real);
+        return rc;
+    }
+    const char *base;
+    char *par = parent_of(real, &base);
+    if (!par) rc = ps_diag_set(diag, -ENOMEM, path, "out of memory");
+    if (rc == 0) rc = make_parents(par, diag);
+    int dirfd = -1;
+    if (rc == 0 && (dirfd = open(par, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+        rc = diag_errno(diag, errno, path, "cannot create the file");
+    if (rc == 0) {
+        /* the same temporary file the write will make, made and removed now */
+        char tmp[NAME_MAX + 1];
+        temp_name(base, tmp);
+        int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0) {
+            rc = diag_errno(diag, errno, path, "cannot create the file");
+            ps_diag_hint(diag, "check that the folder is writable");
+        } else {
+            close(fd);
+            unlinkat(dirfd, tmp, 0);
+        }
+    }
+    if (dirfd >= 0) close(dirfd);
+    free(par);
+    free(real);
+    return rc;
+}
+
+int ps_out_stdout_check(struct ps_diag *diag)
+{
+    errno = 0;
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        int e = errno ? errno : EIO;
+        return diag_errno(diag, e, "stdout", "write error");
+    }
+    return 0;
 }
 
 const char *ps_viz_device_name(const struct ps_graph *g, int device, char *buf, int len)

@@ -5,7 +5,7 @@
  * writes to a FILE * (the caller owns it) and one that writes to a path through the atomic
  * writer of out.c, so a failed command never leaves a partial file ("-" means stdout).
  *
- *   out.c     ps_out_*: atomic files (path.tmp.XXXXXX in the same folder, then rename)
+ *   out.c     ps_out_*: atomic files and folders (a temporary twin beside, then rename)
  *   dot.c     DOT through Graphviz cgraph: one cluster per device, task-named nodes
  *   svg.c     SVG of the same graph, laid out and rendered by Graphviz (gvc, engine "dot")
  *   json.c    report JSON with cJSON, numbers printed by us (%.17g, integers as integers)
@@ -35,29 +35,47 @@
 
 /* ---- atomic output files (out.c) ------------------------------------------------------- */
 
-/* An output file being written. ps_out_open creates PATH.tmp.XXXXXX next to PATH (or uses
- * stdout for "-" or NULL); ps_out_commit flushes, optionally fsyncs, closes and renames it over
- * PATH; ps_out_abort closes and removes it, leaving any old PATH untouched. After commit or
- * abort the struct is zeroed, so abort after a failed commit is harmless. New files get mode
- * 0644; a replaced file keeps its mode. */
+/* An output file being written (out.c has the rules). ps_out_open creates .NAME.tmp.XXXXXX
+ * beside PATH (or beside a link's target), or writes straight through to stdout ("-" or NULL),
+ * a character device or a FIFO; ps_out_commit flushes, optionally fsyncs, closes (each checked)
+ * and renames it over PATH; ps_out_abort closes and removes it, leaving any old PATH untouched.
+ * Missing parent folders are created. After commit or abort the struct is zeroed, so abort
+ * after a failed commit is harmless. New files get mode 0644; a replaced file keeps its mode. */
 struct ps_out {
-    FILE *f;    /* write here */
-    char *path; /* final path, NULL for stdout */
-    char *tmp;  /* temporary file, NULL for stdout */
-    bool sync;  /* fsync before the rename (off by default) */
+    FILE *f;     /* write here */
+    char *path;  /* PATH as given, NULL for stdout */
+    char *tmp;   /* temporary file's name in dirfd, NULL when written straight through */
+    char *name;  /* last component of PATH (or of the link's target) */
+    int dirfd;   /* the folder holding tmp and name */
+    int slot;    /* cleanup registry slot (signals) */
+    bool direct; /* device or FIFO: no temporary file */
+    bool sync;   /* fsync before the rename (off by default) */
 };
+
+/* The marker file in every folder pipescope writes as a whole (-o DIR, --save-state DIR). */
+#define PS_OUT_MARKER ".pipescope-output"
 
 int ps_out_open(struct ps_out *o, const char *path, struct ps_diag *diag);
 int ps_out_commit(struct ps_out *o, struct ps_diag *diag);
 void ps_out_abort(struct ps_out *o); /* accepts a zeroed struct */
 /* Deferred commits (out.c, O4): after ps_out_defer_begin, ps_out_commit leaves the complete
- * temporary file in place; ps_out_defer_end(true) renames every one of them over its PATH,
- * ps_out_defer_end(false) removes them. Returns 0 or -errno of a failed rename (diag). */
+ * temporary file in place and folders wait as their twins; ps_out_defer_end(true) renames
+ * every file over its PATH, then swaps every folder in; ps_out_defer_end(false) removes them.
+ * Parent folders created meanwhile are removed again when empty. Returns 0 or -errno (diag). */
 void ps_out_defer_begin(void);
 int ps_out_defer_end(bool commit, struct ps_diag *diag);
-/* Creates an output folder (an existing one is fine); while deferring, one it created is
- * removed again by ps_out_defer_end(false) if empty. Returns 0 or -errno with diag. */
-int ps_out_mkdir(const char *dir, struct ps_diag *diag);
+/* Declares DIR an output folder of this command (needs a deferral): refuses, touching nothing,
+ * a DIR that is a file, a link or a folder that is neither empty nor pipescope's (marker);
+ * creates missing parents and DIR's temporary twin with the marker in it. *write_to is where
+ * DIR's files go until ps_out_defer_end swaps the twin in (valid until then; the same for a
+ * DIR declared twice). Returns 0 or -errno with diag. */
+int ps_out_folder(const char *dir, const char **write_to, struct ps_diag *diag);
+/* Before any computation: PATH can be written (missing parents created, a temporary file made
+ * and removed beside it; a device checked for write access). Returns 0 or -errno with diag. */
+int ps_out_check(const char *path, struct ps_diag *diag);
+/* Flushes stdout; -EIO/-ENOSPC... with diag ("stdout: write error: ...") if any write to it
+ * failed. */
+int ps_out_stdout_check(struct ps_diag *diag);
 /* open, write(f, ctx, diag), commit; abort when write returns < 0. Returns 0 or -errno. */
 int ps_out_write(const char *path, int (*write)(FILE *f, void *ctx, struct ps_diag *diag),
                  void *ctx, struct ps_diag *diag);

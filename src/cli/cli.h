@@ -28,6 +28,8 @@ struct ps_cli {
     const char *trace; /* --trace FILE */
     const char *svg;   /* --svg FILE */
     const char *outdir;/* -o DIR */
+    const char *outdir_files; /* where -o DIR's files are written: DIR's temporary twin until the
+                                 command has succeeded (viz/out.c ps_out_folder), set by main.c */
     int verbosity;     /* -q: -1, default 0, -v: 1 */
     int argc;          /* command-specific arguments left after the shared ones */
     char **argv;
@@ -48,6 +50,7 @@ struct ps_cmd {
     int (*run)(struct ps_cli *cli);
     /* `pipescope CMD --help`: what it is for, every option with its default, an example */
     const char *help;
+    bool outdir; /* takes -o DIR (a folder pipescope writes as a whole) */
 };
 
 /* Prints "pipescope: <where>: <message>" on stderr and returns PS_EXIT_INPUT (or `code`). */

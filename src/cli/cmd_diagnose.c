@@ -15,9 +15,10 @@
  *   DIR/simulated.json, DIR/measured-cpu.json (-cuda.json)   Chrome traces for Perfetto
  *   DIR/graph.svg, graph-errors.svg, timeline.svg, drift-*.svg, costs-cpu.json
  *
- * and prints the main findings in plain words on stdout. Everything is written into DIR.tmp,
- * which is renamed to DIR only when all of it succeeded (an earlier DIR is replaced then, and
- * only then), so a failed diagnose leaves no partial folder behind.
+ * and prints the main findings in plain words on stdout. Everything is written into DIR's
+ * temporary twin, swapped in only when all of it succeeded (viz/out.c: an earlier DIR is
+ * replaced then, and only when pipescope wrote it), so a failed diagnose leaves no partial
+ * folder behind.
  * Exit codes: 0 ok (findings are results, not failures), 2 bad input or usage.
  */
 #include <dirent.h>
@@ -38,24 +39,6 @@
 #include "src/cli/cli.h"
 #include "src/study/study.h"
 #include "viz/viz.h"
-
-static int rm_rf(const char *path)
-{
-    struct stat st;
-    if (lstat(path, &st) != 0) return errno == ENOENT ? 0 : -errno;
-    if (!S_ISDIR(st.st_mode)) return unlink(path) ? -errno : 0;
-    DIR *d = opendir(path);
-    if (!d) return -errno;
-    struct dirent *e;
-    char p[4096];
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(p, sizeof(p), "%s/%s", path, e->d_name);
-        rm_rf(p);
-    }
-    closedir(d);
-    return rmdir(path) ? -errno : 0;
-}
 
 static double now_s(void)
 {
@@ -181,9 +164,8 @@ int ps_cmd_diagnose(struct ps_cli *cli)
     double *cost = malloc(((size_t)g->n_nodes + 1) * sizeof(double));
     double *errs = NULL;
     struct findings fi = {.n = 0};
-    char tmpdir[4096], path[4200], b1[64], b2[64], b3[64], b4[64], b5[64], b6[64];
-    snprintf(tmpdir, sizeof(tmpdir), "%s.tmp", cli->outdir);
-    bool made_tmp = false;
+    char path[4200], b1[64], b2[64], b3[64], b4[64], b5[64], b6[64];
+    const char *tmpdir = cli->outdir_files; /* DIR's twin (main.c, viz/out.c) */
     if (!h || !root || !cost) {
         code = ps_cli_fail(&(struct ps_diag){.where = "diagnose", .msg = "out of memory"}, PS_EXIT_INPUT);
         goto out;
@@ -302,13 +284,7 @@ int ps_cmd_diagnose(struct ps_cli *cli)
         }
     }
 
-    /* ---- files into DIR.tmp --------------------------------------------------------------- */
-    rm_rf(tmpdir);
-    if (mkdir(tmpdir, 0755) != 0) {
-        ps_diag_set(&d, -errno, tmpdir, "cannot create the report folder: %s", strerror(errno));
-        goto fail;
-    }
-    made_tmp = true;
+    /* ---- files into DIR's twin, swapped in when the command has succeeded ------------------ */
 #define OUT(name) (snprintf(path, sizeof(path), "%s/%s", tmpdir, name), path)
     if (ps_chrome_write_file(sr.g, &sr.sim.trace, NULL, OUT("simulated.json"), &d)) goto fail;
     for (int b = 0; b < 2; b++) {
@@ -815,26 +791,6 @@ int ps_cmd_diagnose(struct ps_cli *cli)
         if (drc) goto fail;
     }
 
-    /* ---- publish: DIR.tmp -> DIR ---------------------------------------------------------- */
-    {
-        char old[4200];
-        struct stat st;
-        bool had = stat(cli->outdir, &st) == 0;
-        snprintf(old, sizeof(old), "%s.old.%ld", cli->outdir, (long)getpid());
-        if (had && rename(cli->outdir, old) != 0) {
-            ps_diag_set(&d, -errno, cli->outdir, "cannot replace the old report folder: %s",
-                        strerror(errno));
-            goto fail;
-        }
-        if (rename(tmpdir, cli->outdir) != 0) {
-            int e = errno;
-            if (had) rename(old, cli->outdir);
-            ps_diag_set(&d, -e, cli->outdir, "cannot create the report folder: %s", strerror(e));
-            goto fail;
-        }
-        made_tmp = false;
-        if (had) rm_rf(old);
-    }
     if (cli->verbosity >= 0) {
         printf("diagnose: %s -> %s/index.html (%.1f s)\n", spec->name ? spec->name : spec->path,
                cli->outdir, now_s() - t_start);
@@ -846,7 +802,6 @@ int ps_cmd_diagnose(struct ps_cli *cli)
 fail:
     code = ps_cli_fail(&d, PS_EXIT_INPUT);
 out:
-    if (made_tmp) rm_rf(tmpdir);
     free(errs);
     free(cost);
     free(chunks);

@@ -167,18 +167,17 @@ static int write_outputs(const struct ps_cli *cli, const struct ps_drift *dr,
     int rc = 0;
     if (cli->json) rc = ps_report_write(root, cli->json, d);
     if (!rc && cli->outdir) {
-        rc = ps_out_mkdir(cli->outdir, d);
         const char *train[][2] = {{"loss.svg", "loss"}, {"accuracy.svg", "accuracy"},
                                   {"drift-var.svg", "var_err"}};
         const char *drift[][2] = {{"drift-var.svg", "var_err"},
                                   {"drift-mean.svg", "mean_err"},
                                   {"drift-spread.svg", "mean_spread"}};
         char path[4096];
-        snprintf(path, sizeof(path), "%s/drift.json", cli->outdir);
+        snprintf(path, sizeof(path), "%s/drift.json", cli->outdir_files);
         if (!rc) rc = ps_report_write(root, path, d);
         for (int k = 0; k < 3 && !rc; k++) {
             const char *const *pl = dr->train ? train[k] : drift[k];
-            snprintf(path, sizeof(path), "%s/%s", cli->outdir, pl[0]);
+            snprintf(path, sizeof(path), "%s/%s", cli->outdir_files, pl[0]);
             rc = ps_drift_plot(dr, pl[1], path, d);
         }
     }

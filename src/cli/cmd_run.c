@@ -9,7 +9,8 @@
  * a train-mode forward pass only (no recompute, no backward, no SGD step: the parameters stay as
  * loaded), as when BatchNorm statistics are adapted to new data, and says in words whether the
  * spec's BN policy and checkpoint mode adapt them in such passes (ps_bn_adaptation). Outputs are written only after
- * the whole run succeeded, each atomically (the state folder as DIR.tmp, then renamed), so a
+ * the whole run succeeded, each atomically (the state folder as a temporary twin swapped in,
+ * viz/out.c), so a
  * failed run leaves no output file behind.
  * Exit codes: 0 ok, 2 bad input (spec, weights, data) or usage, 3 backend unavailable,
  * 1 the execution order got stuck (a graph without its dependencies, see `check`).
@@ -214,9 +215,12 @@ int ps_cmd_run(struct ps_cli *cli)
         }
         cJSON_Delete(root);
     }
-    /* last: the files above are only temporary until the command ends (main.c), the state
-       folder is renamed into place here */
-    if (code == PS_EXIT_OK && save && ps_state_save(&r.state, s, ctx.model, save, &d))
+    /* into the state folder's twin (made by main.c before the run), swapped in when the
+       command ends (viz/out.c) */
+    const char *save_files;
+    if (code == PS_EXIT_OK && save &&
+        (ps_out_folder(save, &save_files, &d) ||
+         ps_state_save(&r.state, s, ctx.model, save_files, &d)))
         code = ps_cli_fail(&d, PS_EXIT_INPUT);
     ps_exec_result_finish(&r);
     ps_ctx_finish(&ctx);

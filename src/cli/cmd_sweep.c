@@ -175,8 +175,8 @@ int ps_cmd_sweep(struct ps_cli *cli)
     if (cli->json && ps_report_write(root, cli->json, &d)) code = ps_cli_fail(&d, PS_EXIT_INPUT);
     if (!code && cli->outdir) {
         char path[4096];
-        snprintf(path, sizeof(path), "%s/sweep.json", cli->outdir);
-        if (ps_out_mkdir(cli->outdir, &d) || ps_report_write(root, path, &d))
+        snprintf(path, sizeof(path), "%s/sweep.json", cli->outdir_files);
+        if (ps_report_write(root, path, &d))
             code = ps_cli_fail(&d, PS_EXIT_INPUT);
         static const char *const what[] = {"makespan", "throughput", "bubble", "memory"};
         static const char *const ylab[] = {"makespan", "samples/s", "bubble fraction",
@@ -206,7 +206,7 @@ int ps_cmd_sweep(struct ps_cli *cli)
                                       .y_unit = yunit[w],
                                       .n = (uint32_t)nc, .x = x, .log2_x = true, .y_zero = true,
                                       .n_series = (uint32_t)nser, .series = ser};
-            snprintf(path, sizeof(path), "%s/%s.svg", cli->outdir, what[w]);
+            snprintf(path, sizeof(path), "%s/%s.svg", cli->outdir_files, what[w]);
             if (ps_plot_lines_file(&lp, path, &d)) code = ps_cli_fail(&d, PS_EXIT_INPUT);
         }
         free(x);

@@ -183,45 +183,45 @@ static const char help_version[] =
 
 const struct ps_cmd ps_commands[] = {
     {"check", "static checks: cycles, ordering invariants, races, memory, no-phony what-if",
-     "check SPEC [--json FILE]", ps_cmd_check, help_check},
+     "check SPEC [--json FILE]", ps_cmd_check, help_check, false},
     {"graph", "the task graph as DOT/SVG/JSON, or the engine's execution order",
      "graph SPEC [--order] [--forward|--backward|--all] [--tasks] [--dot FILE] [--svg FILE] "
      "[--json FILE] [--no-phony] [--iteration N]",
-     ps_cmd_graph, help_graph},
+     ps_cmd_graph, help_graph, false},
     {"run", "train for real (cpu reference kernels): loss, BN statistics, measured timeline; "
      "--forward-only: train-mode forwards only (BN adaptation)",
      "run SPEC [--backend cpu|cuda] [--virtual-devices] [--steps N] [--forward-only] "
      "[--save-state DIR] [--trace FILE] [--json FILE]",
-     ps_cmd_run, help_run},
+     ps_cmd_run, help_run, false},
     {"drift", "BN running-statistics drift vs a full-batch reference; convergence (--train); "
      "which settings adapt BN statistics without backward (--forward-only)",
      "drift SPEC [--chunks 1,2,4,8,16,32] [--policy plain,deferred,grad-only] "
      "[--checkpoint always,except_last,never] [--steps N] [--train N [--eval-rows R] | "
      "--forward-only] [-o DIR] [--json FILE] [--svg FILE]",
-     ps_cmd_drift, help_drift},
+     ps_cmd_drift, help_drift, true},
     {"compare", "measured vs simulated timeline: errors, inversions, bubble; calibration",
      "compare SPEC --measured TRACE [--simulated TRACE] [--costs FILE] "
      "[--tolerance makespan=0.2,task=0.5[,start=0.1]] [--calibrate COSTS.json] "
      "[--unit sample|micro_batch] [--json FILE] [--svg FILE] [--dot FILE]",
-     ps_cmd_compare, help_compare},
+     ps_cmd_compare, help_compare, false},
     {"diagnose", "everything this machine can do, as a report folder with index.html",
      "diagnose SPEC -o DIR [--chunks 1,2,4,...] [--no-drift] [--costs FILE] [--steps N]",
-     ps_cmd_diagnose, help_diagnose},
+     ps_cmd_diagnose, help_diagnose, true},
     {"simulate", "simulated timeline: makespan, bubble, memory, recompute, BN update order",
      "simulate SPEC [--actions FILE] [--no-phony] [--optimizer] [--costs FILE] [--trace FILE] "
      "[--svg FILE] [--json FILE]",
-     ps_cmd_simulate, help_simulate},
+     ps_cmd_simulate, help_simulate, false},
     {"sweep", "simulate over chunks x checkpoint x schedule: table, JSON, line plots",
      "sweep SPEC [--chunks 1,2,4,...] [--checkpoint always,except_last,never] "
      "[--schedule gpipe,1f1b,interleaved-1f1b,zb-h1] [--costs FILE] [-o DIR] [--json FILE]",
-     ps_cmd_sweep, help_sweep},
+     ps_cmd_sweep, help_sweep, true},
     {"balance", "exact min-max partition vs the spec's balance and torchgpipe's heuristic",
      "balance SPEC [--by time|memory] [--partitions N] [--memory-cap BYTES] [--costs FILE] "
      "[--json FILE]",
-     ps_cmd_balance, help_balance},
+     ps_cmd_balance, help_balance, false},
     {"version", "version and build options", "version [--build-options]", cmd_version,
-     help_version},
-    {NULL, NULL, NULL, NULL, NULL},
+     help_version, false},
+    {NULL, NULL, NULL, NULL, NULL, false},
 };
 
 static void print_help(const struct ps_cmd *c)
@@ -230,6 +230,37 @@ static void print_help(const struct ps_cmd *c)
     printf("\nSPEC is a pipeline spec (JSON, src/SPEC.md); examples/ holds ready ones. Exit codes:\n"
            "0 ok, 1 violations or a tolerance exceeded, 2 bad input or usage, 3 backend "
            "unavailable.\n");
+}
+
+/* Every place the command will write, checked (and its missing folders made) before it computes
+ * anything: the shared --json/--trace/--svg, the command options that name output files or
+ * folders, and -o DIR. Returns 0 or the exit code after printing the error. */
+static int prepare_outputs(const struct ps_cmd *cmd, struct ps_cli *cli)
+{
+    static const struct {
+        const char *opt;
+        bool folder;
+    } outputs[] = {{"--dot", false}, {"--calibrate", false}, {"--save-state", true}};
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    const char *files[] = {cli->json, cli->trace, cli->svg};
+    for (size_t k = 0; k < sizeof(files) / sizeof(files[0]); k++)
+        if (files[k] && ps_out_check(files[k], &d)) return ps_cli_fail(&d, PS_EXIT_INPUT);
+    for (int k = 0; k < cli->argc; k++) {
+        for (size_t j = 0; j < sizeof(outputs) / sizeof(outputs[0]); j++) {
+            size_t n = strlen(outputs[j].opt);
+            const char *a = cli->argv[k], *v = NULL;
+            if (!strcmp(a, outputs[j].opt) && k + 1 < cli->argc) v = cli->argv[k + 1];
+            else if (!strncmp(a, outputs[j].opt, n) && a[n] == '=') v = a + n + 1;
+            if (!v || !*v) continue; /* the command says what is missing */
+            const char *w;
+            if (outputs[j].folder ? ps_out_folder(v, &w, &d) : ps_out_check(v, &d))
+                return ps_cli_fail(&d, PS_EXIT_INPUT);
+        }
+    }
+    if (cmd->outdir && cli->outdir && ps_out_folder(cli->outdir, &cli->outdir_files, &d))
+        return ps_cli_fail(&d, PS_EXIT_INPUT);
+    return 0;
 }
 
 static void usage(FILE *f)
@@ -298,16 +329,18 @@ int main(int argc, char **argv)
     }
     cli.argc = nrest;
     cli.argv = rest;
-    /* every output file of a command appears when it ends, or none when it fails (viz/out.c,
-       O4); diagnose builds its folder as DIR.tmp and renames it itself */
-    bool defer = strcmp(cmd->name, "diagnose") != 0;
-    if (defer) ps_out_defer_begin();
-    int code = cmd->run(&cli);
-    if (defer) {
-        struct ps_diag d;
-        ps_diag_clear(&d);
-        if (ps_out_defer_end(code == PS_EXIT_OK || code == PS_EXIT_FOUND, &d))
-            code = ps_cli_fail(&d, PS_EXIT_INPUT);
-    }
+    /* every output of a command appears when it ends, or none when it fails; output folders
+       are written as temporary twins and swapped in then (viz/out.c, O4) */
+    ps_out_defer_begin();
+    int code = prepare_outputs(cmd, &cli);
+    if (code == 0) code = cmd->run(&cli);
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    /* a failed write to stdout (a full disk, /dev/full) fails the command too */
+    if (ps_out_stdout_check(&d) && (code == PS_EXIT_OK || code == PS_EXIT_FOUND))
+        code = ps_cli_fail(&d, PS_EXIT_INPUT);
+    ps_diag_clear(&d);
+    if (ps_out_defer_end(code == PS_EXIT_OK || code == PS_EXIT_FOUND, &d))
+        code = ps_cli_fail(&d, PS_EXIT_INPUT);
     return code;
 }
