@@ -10,8 +10,7 @@
  * loaded), as when BatchNorm statistics are adapted to new data, and says in words whether the
  * spec's BN policy and checkpoint mode adapt them in such passes (ps_bn_adaptation). Outputs are written only after
  * the whole run succeeded, each atomically (the state folder as a temporary twin swapped in,
- * viz/out.c), so a
- * failed run leaves no output file behind.
+ * viz/out.c), so a failed run leaves no output file behind.
  * Exit codes: 0 ok, 2 bad input (spec, weights, data) or usage, 3 backend unavailable,
  * 1 the execution order got stuck (a graph without its dependencies, see `check`).
  */
