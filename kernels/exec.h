@@ -101,6 +101,27 @@ struct ps_exec_opts {
                               the rest can be held out for ps_exec_eval */
     bool forward_only;     /* run only the forward pass (F tasks and the loss) of each step:
                               no recompute, no backward, no SGD step */
+    /* Added for issue [executor-scale]; cpu only. */
+    bool device_threads;   /* one worker thread per device (torchgpipe's), synchronised by
+                              DATA edges only; false = the serial mode. Same results, bit for
+                              bit; only the timeline differs */
+};
+
+/* Measured activation memory (cpu; exec_cpu.c M1-M4): bytes of activations and saved tensors
+ * alive per device. */
+struct ps_exec_mem_point {
+    double t_us;   /* from the start of the last step */
+    int64_t bytes; /* alive on `device` from t_us on */
+    int32_t device;
+};
+
+struct ps_exec_memory {
+    int n_devices;             /* 0 when not measured (cuda) */
+    int64_t *peak_bytes;       /* per device: the most alive at once, over all steps */
+    double *peak_t_us;         /* when, from the start of its step */
+    int32_t *peak_step;
+    uint32_t n_points;
+    struct ps_exec_mem_point *points; /* every change in the last step, in time order */
 };
 
 struct ps_exec_result {
@@ -112,9 +133,10 @@ struct ps_exec_result {
     uint32_t n_bn, cap_bn;
     struct ps_exec_bn_update *bn;
     struct ps_trace trace; /* PS_TRACE_CPU */
+    struct ps_exec_memory mem;
 };
 
-void ps_exec_opts_init(struct ps_exec_opts *o); /* cpu, spec steps, trace on */
+void ps_exec_opts_init(struct ps_exec_opts *o); /* cpu, spec steps, trace on, serial */
 
 /* Runs the training. `order` NULL = the engine order of g (computed here). The data is loaded
  * from the spec (data.h). Returns 0, -ENOTSUP for the cuda backend when it is not built, or a

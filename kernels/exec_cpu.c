@@ -1,15 +1,46 @@
 /* exec_cpu: the `cpu` executor. Runs the task graph node by node in the order of a ps_order,
  * with the reference kernels of kernels/cpu, and reproduces torchgpipe's numerics.
  *
- * Buffers (allocated once per run, indexed by micro-batch i and layer l, L layers):
+ * Buffers, indexed by micro-batch i and layer l, L layers:
  *
  *     act[i][0] --layer 0--> act[i][1] --layer 1--> ... --layer L-1--> act[i][L]   (output)
  *     grad[i][l] = dLoss/d act[i][l], written by B from grad[i][l+1]
  *     saved[i][l] = what layer l keeps for backward: BN mean/invstd, pool indices, dropout mask
  *
- * Partition j owns layers [f, f+c). Its boundary tensors act[i][f] (input) and act[i][f+c]
- * (output, the next partition's input) always stay; the copies between partitions are no-ops
- * (one address space) and are not timed.
+ * Partition j owns layers [f, f+c). The copies between partitions are no-ops (one address space)
+ * and are not timed.
+ *
+ * Memory as torchgpipe has it (M1-M4). act[i][l] is layer l's INPUT and belongs to the device of
+ * the partition holding layer l (torchgpipe copies a partition's input onto its device); act[i][L]
+ * belongs to the last partition. Buffers are allocated when a task produces them and freed after
+ * their last use:
+ *   M1. A forward with grad (F of a task that is not checkpointed, or R) keeps the input of every
+ *       layer whose backward reads it (conv2d, linear, batchnorm, relu: relu's backward tests its
+ *       input, x > 0 exactly when relu(x) > 0) plus pool indices and dropout masks; the inputs of
+ *       maxpool2d, dropout and flatten are freed as soon as the layer has run.
+ *   M2. A checkpointed F keeps only its input (for R) and its output (the next partition's
+ *       input); every intermediate is freed right after the next layer has read it. R does not
+ *       run the partition's last layer when it is conv2d, linear, relu or flatten (no side
+ *       effect, and no backward reads its output); otherwise (batchnorm statistics, pool
+ *       indices, dropout mask) it writes that output into a scratch buffer freed when R ends.
+ *   M3. B(i,j) frees each gradient once the layer below has its own, and every buffer of its
+ *       layers for micro-batch i when it ends. The model output goes as soon as F(i,n-1) has
+ *       computed its loss and output gradient (E4).
+ *   M4. Workspace is per kernel call and cache-sized (the sgemm's packing buffers; conv2d never
+ *       stores its column matrix, kernels/cpu/conv.c).
+ * The executor counts, per device, the bytes of activations and saved tensors alive (act and
+ * pool indices / dropout masks; gradients live only inside one B and BN statistics are C floats,
+ * neither is counted): the peak over all steps, and every change in the last step
+ * (ps_exec_memory). The simulator's model (src/analysis.c, node act_bytes) predicts the peak.
+ *
+ * Devices on threads (ps_exec_opts.device_threads): one worker per device, as torchgpipe's one
+ * worker per device. Each worker runs its device's tasks in the order's sequence and, before a
+ * task, waits only for the tasks it depends on through DATA edges on other devices (Wait nodes
+ * and real gradients, SEMANTICS.md sections 2-3; phony edges order host issue only and are not
+ * waited for). Nothing numerical depends on the interleaving: each device's parameters,
+ * gradients and BN state are touched only by its worker, in the order's sequence, so results are
+ * bitwise those of the serial mode; the BN log is put back into the order's sequence after each
+ * step. The serial mode (the default of ps_exec_opts_init) runs the order as one sequence.
  *
  * Invariants per step:
  *   E1. live[i][l] says whether layer l's output and saved tensors for micro-batch i are those of
@@ -37,6 +68,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,15 +82,33 @@ struct saved {
     uint8_t *mask;              /* dropout: per element */
 };
 
+/* What the workers of one run share. With one worker (serial) the mutex is never taken. */
+struct shared {
+    bool threaded;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint8_t *done;           /* per node: its work ended in this step (under mu) */
+    int failed;              /* first error of any worker (under mu) */
+    struct ps_diag *d;       /* the caller's diag, filled from the first failing worker */
+    uint32_t *dep_off, *dep; /* per work node: work nodes on other devices it waits for */
+    int n_dev;
+    int64_t *cur;            /* activation bytes alive per device */
+    struct ps_exec_memory *mem;
+    bool record;             /* the last step: keep every change */
+    uint32_t cap_points;
+};
+
 struct exec {
     const struct ps_graph *g;
     const struct ps_spec *spec;
     const struct ps_model *model;
     struct ps_exec_result *res;
     struct ps_diag *d;
+    struct shared *sh;
     int L, m, n, step, chunks;
     int ckpt_stop;
     int64_t batch, *mb_off, *mb_size;
+    int *layer_dev;          /* [L + 1]: device owning act[i][l] (l = L: the last partition's) */
     float **act, **grad;     /* [(i * (L + 1)) + l] */
     struct saved *saved;     /* [i * L + l] */
     bool *live;              /* [i * L + l] */
@@ -66,7 +116,8 @@ struct exec {
     int64_t *labels;
     double *mb_loss;         /* per micro-batch contribution to the loss */
     bool *loss_done;         /* per micro-batch: loss and output gradient computed */
-    double *tmp_mean, *tmp_var; /* BN statistics for the log (max channels) */
+    bool *held_in;           /* per micro-batch: a task holds its slice of the mini-batch */
+    double *tmp_mean, *tmp_var; /* BN statistics for the log (max channels; one per worker) */
     struct timespec t0;      /* start of the step */
 };
 
@@ -81,6 +132,155 @@ static size_t act_numel(const struct exec *ex, int i, int l)
 #define SAVED(ex, i, l) (&(ex)->saved[(size_t)(i) * (size_t)(ex)->L + (size_t)(l)])
 #define LIVE(ex, i, l) ((ex)->live[(size_t)(i) * (size_t)(ex)->L + (size_t)(l)])
 
+static void lock(struct exec *ex)
+{
+    if (ex->sh->threaded) pthread_mutex_lock(&ex->sh->mu);
+}
+
+static void unlock(struct exec *ex)
+{
+    if (ex->sh->threaded) pthread_mutex_unlock(&ex->sh->mu);
+}
+
+/* ---- memory (M1-M4) ------------------------------------------------------------------------ */
+
+/* bytes alive on dev change by delta: peak, and in the last step one point of the series */
+static int mem_note(struct exec *ex, int dev, int64_t delta)
+{
+    struct shared *sh = ex->sh;
+    struct ps_exec_memory *m = sh->mem;
+    int rc = 0;
+    lock(ex);
+    double t = ps_exec_now_us(&ex->t0);
+    int64_t now = sh->cur[dev] += delta;
+    if (now > m->peak_bytes[dev]) {
+        m->peak_bytes[dev] = now;
+        m->peak_t_us[dev] = t;
+        m->peak_step[dev] = ex->step;
+    }
+    if (sh->record) {
+        if (m->n_points == sh->cap_points) {
+            uint32_t c = sh->cap_points ? 2 * sh->cap_points : 256;
+            struct ps_exec_mem_point *q = realloc(m->points, (size_t)c * sizeof(*q));
+            if (q) {
+                m->points = q;
+                sh->cap_points = c;
+            }
+        }
+        if (m->n_points < sh->cap_points)
+            m->points[m->n_points++] = (struct ps_exec_mem_point){t, now, dev};
+        else
+            rc = -ENOMEM;
+    }
+    unlock(ex);
+    return rc ? ps_diag_set(ex->d, rc, "exec", "out of memory for the memory series") : 0;
+}
+
+static void *mem_alloc(struct exec *ex, size_t bytes, int dev)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        ps_diag_set(ex->d, -ENOMEM, "exec", "out of memory for the activations");
+        return NULL;
+    }
+    if (mem_note(ex, dev, (int64_t)bytes)) {
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+static void mem_free(struct exec *ex, void *p, size_t bytes, int dev)
+{
+    if (!p) return;
+    free(p);
+    mem_note(ex, dev, -(int64_t)bytes); /* a point lost for memory is not an error here */
+}
+
+/* act[i][l], allocated when missing. l = 0 is the micro-batch's slice of the mini-batch (one
+ * buffer for the run): counted from the first task that keeps it (hold_input) to its drop, as
+ * torchgpipe's device 0 holds its copy of the micro-batch. */
+static float *act_get(struct exec *ex, int i, int l)
+{
+    float **a = &ACT(ex, i, l);
+    if (!*a) *a = mem_alloc(ex, act_numel(ex, i, l) * sizeof(float), ex->layer_dev[l]);
+    return *a;
+}
+
+static void act_drop(struct exec *ex, int i, int l)
+{
+    float **a = &ACT(ex, i, l);
+    if (l == 0 && ex->held_in[i]) {
+        ex->held_in[i] = false;
+        mem_note(ex, ex->layer_dev[0], -(int64_t)(act_numel(ex, i, 0) * sizeof(float)));
+    }
+    if (l == 0 || !*a) return;
+    mem_free(ex, *a, act_numel(ex, i, l) * sizeof(float), ex->layer_dev[l]);
+    *a = NULL;
+}
+
+static int hold_input(struct exec *ex, int i)
+{
+    if (ex->held_in[i]) return 0;
+    ex->held_in[i] = true;
+    return mem_note(ex, ex->layer_dev[0], (int64_t)(act_numel(ex, i, 0) * sizeof(float)));
+}
+
+/* gradients: not counted (each lives inside one B, or from the loss to B(i,n-1)) */
+static float *grad_get(struct exec *ex, int i, int l)
+{
+    float **gp = &ex->grad[(size_t)i * (size_t)(ex->L + 1) + (size_t)l];
+    if (!*gp && !(*gp = malloc(act_numel(ex, i, l) * sizeof(float))))
+        ps_diag_set(ex->d, -ENOMEM, "exec", "out of memory for the gradients");
+    return *gp;
+}
+
+static void grad_drop(struct exec *ex, int i, int l)
+{
+    float **gp = &ex->grad[(size_t)i * (size_t)(ex->L + 1) + (size_t)l];
+    free(*gp);
+    *gp = NULL;
+}
+
+/* Whether layer l's backward reads its input (M1). */
+static bool needs_input(enum ps_op op)
+{
+    return op == PS_OP_CONV2D || op == PS_OP_LINEAR || op == PS_OP_BATCHNORM || op == PS_OP_RELU;
+}
+
+static size_t idx_bytes(const struct exec *ex, int i, int l)
+{
+    return (size_t)(ex->model->layers[l].out_numel * ex->mb_size[i]) * sizeof(int32_t);
+}
+
+static size_t mask_bytes(const struct exec *ex, int i, int l)
+{
+    return (size_t)(ex->model->layers[l].out_numel * ex->mb_size[i]);
+}
+
+/* pool indices / dropout mask of layer l for a forward with grad */
+static int saved_get(struct exec *ex, int i, int l)
+{
+    struct saved *sv = &ex->saved[(size_t)i * (size_t)ex->L + (size_t)l];
+    enum ps_op op = ex->spec->layers[l].op;
+    int dev = ex->layer_dev[l];
+    if (op == PS_OP_MAXPOOL2D && !sv->idx && !(sv->idx = mem_alloc(ex, idx_bytes(ex, i, l), dev)))
+        return -ENOMEM;
+    if (op == PS_OP_DROPOUT && !sv->mask &&
+        !(sv->mask = mem_alloc(ex, mask_bytes(ex, i, l), dev)))
+        return -ENOMEM;
+    return 0;
+}
+
+static void saved_drop(struct exec *ex, int i, int l)
+{
+    struct saved *sv = &ex->saved[(size_t)i * (size_t)ex->L + (size_t)l];
+    mem_free(ex, sv->idx, idx_bytes(ex, i, l), ex->layer_dev[l]);
+    mem_free(ex, sv->mask, mask_bytes(ex, i, l), ex->layer_dev[l]);
+    sv->idx = NULL;
+    sv->mask = NULL;
+}
+
 /* ---- BN log ---------------------------------------------------------------------------- */
 
 static int log_update(struct exec *ex, int l, int i, enum ps_exec_bn_phase ph, uint32_t node,
@@ -88,13 +288,14 @@ static int log_update(struct exec *ex, int l, int i, enum ps_exec_bn_phase ph, u
                       size_t C)
 {
     struct ps_exec_bn_update *u;
+    lock(ex);
     int rc = ps_exec_bn_log(ex->res, l, ex->step, i, ph, node, count, factor, C, &u, ex->d);
-    if (rc) return rc;
-    for (size_t c = 0; c < C; c++) {
+    for (size_t c = 0; c < C && !rc; c++) {
         u->mean[c] = (float)mean[c];
         u->var[c] = (float)var[c];
     }
-    return 0;
+    unlock(ex);
+    return rc;
 }
 
 /* per-channel mean and UNBIASED variance of [n, C, S] (two passes, double) */
@@ -132,9 +333,10 @@ static void bn_view(struct ps_bn *bn, const struct ps_layer *l, struct ps_layer_
     bn->num_batches_tracked = ls->num_batches_tracked;
 }
 
-/* Forward of layer l for micro-batch i. grad: autograd records (a forward with grad);
- * recompute: this is R(i,j). */
-static int layer_forward(struct exec *ex, int i, int l, bool grad, bool recompute, uint32_t node)
+/* Forward of layer l for micro-batch i into y. grad: autograd records (a forward with grad: pool
+ * indices and dropout masks are kept); recompute: this is R(i,j). */
+static int layer_forward(struct exec *ex, int i, int l, float *y, bool grad, bool recompute,
+                         uint32_t node)
 {
     const struct ps_layer *ly = &ex->spec->layers[l];
     const struct ps_layer_info *li = &ex->model->layers[l];
@@ -142,7 +344,6 @@ static int layer_forward(struct exec *ex, int i, int l, bool grad, bool recomput
     struct saved *sv = SAVED(ex, i, l);
     size_t n = (size_t)ex->mb_size[i];
     const float *x = ACT(ex, i, l);
-    float *y = ACT(ex, i, l + 1);
     int rc = 0;
     switch (ly->op) {
     case PS_OP_LINEAR:
@@ -159,13 +360,14 @@ static int layer_forward(struct exec *ex, int i, int l, bool grad, bool recomput
     case PS_OP_MAXPOOL2D: {
         struct ps_pool2d_shape s;
         ps_exec_pool_shape(&s, ly, li, n);
-        rc = ps_cpu_maxpool2d_forward(&s, x, y, sv->idx, ex->d);
+        rc = ps_cpu_maxpool2d_forward(&s, x, y, grad ? sv->idx : NULL, ex->d);
         break;
     }
     case PS_OP_RELU: ps_cpu_relu_forward(x, y, n * (size_t)li->in_numel); break;
     case PS_OP_FLATTEN: memcpy(y, x, n * (size_t)li->in_numel * sizeof(float)); break;
     case PS_OP_DROPOUT: {
-        ps_cpu_dropout_forward(x, y, sv->mask, n * (size_t)li->in_numel, (float)ly->p,
+        ps_cpu_dropout_forward(x, y, grad ? sv->mask : NULL, n * (size_t)li->in_numel,
+                               (float)ly->p,
                                ps_exec_dropout_seed(ex->spec),
                                ps_exec_dropout_offset(ex->step, ex->L, ex->m, l, i));
         break;
@@ -220,15 +422,14 @@ static int layer_forward(struct exec *ex, int i, int l, bool grad, bool recomput
     return rc;
 }
 
-static int layer_backward(struct exec *ex, int i, int l)
+static int layer_backward(struct exec *ex, int i, int l, float *dx)
 {
     const struct ps_layer *ly = &ex->spec->layers[l];
     const struct ps_layer_info *li = &ex->model->layers[l];
     struct ps_layer_state *ls = &ex->res->state.layers[l];
     struct saved *sv = SAVED(ex, i, l);
     size_t n = (size_t)ex->mb_size[i];
-    const float *x = ACT(ex, i, l), *y = ACT(ex, i, l + 1), *dy = GRAD(ex, i, l + 1);
-    float *dx = l > 0 ? GRAD(ex, i, l) : NULL; /* the model input needs no gradient */
+    const float *x = ACT(ex, i, l), *dy = GRAD(ex, i, l + 1);
     size_t cnt = n * (size_t)li->in_numel;
     int rc = 0;
     switch (ly->op) {
@@ -251,7 +452,7 @@ static int layer_backward(struct exec *ex, int i, int l)
         break;
     }
     case PS_OP_RELU:
-        if (dx) ps_cpu_relu_backward(y, dy, dx, cnt);
+        if (dx) ps_cpu_relu_backward(x, dy, dx, cnt); /* x > 0 exactly where y > 0 (M1) */
         break;
     case PS_OP_FLATTEN:
         if (dx) memcpy(dx, dy, cnt * sizeof(float));
@@ -279,7 +480,8 @@ static int loss_mb(struct exec *ex, int i)
     if (ex->loss_done[i]) return 0;
     size_t n = (size_t)ex->mb_size[i], K = (size_t)ex->model->out_numel;
     const float *out = ACT(ex, i, ex->L);
-    float *dout = GRAD(ex, i, ex->L);
+    float *dout = grad_get(ex, i, ex->L);
+    if (!dout) return -ENOMEM;
     double N = (double)ex->batch;
     int rc = 0;
     switch (ex->spec->loss) {
@@ -304,20 +506,48 @@ static int loss_mb(struct exec *ex, int i)
     }
     }
     ex->loss_done[i] = rc == 0;
+    if (rc == 0) act_drop(ex, i, ex->L); /* the backward reads only its gradient (M3) */
     return rc;
 }
 
 /* ---- tasks ----------------------------------------------------------------------------------- */
 
+/* Whether R can skip layer l when it is its partition's last: no side effect (running
+ * statistics, indices, mask) and backward never reads its output (M2). */
+static bool recompute_skips(enum ps_op op)
+{
+    return op == PS_OP_CONV2D || op == PS_OP_LINEAR || op == PS_OP_RELU || op == PS_OP_FLATTEN;
+}
+
 static int task_forward(struct exec *ex, int i, int j, bool grad, bool recompute, uint32_t node)
 {
     int f = ex->spec->first_layer[j], c = ex->spec->balance[j];
-    for (int l = f; l < f + c; l++) {
-        int rc = layer_forward(ex, i, l, grad, recompute, node);
-        if (rc) return rc;
+    int rc = 0, dev = ex->layer_dev[f];
+    float *scratch = NULL; /* R's last output (M2) */
+    size_t scratch_bytes = act_numel(ex, i, f + c) * sizeof(float);
+    for (int l = f; l < f + c && !rc; l++) {
+        enum ps_op op = ex->spec->layers[l].op;
+        bool last = l == f + c - 1;
+        if (last && recompute && recompute_skips(op)) {
+            LIVE(ex, i, l) = true; /* its input is kept (M1), its output unused */
+            break;
+        }
+        float *y = last && recompute ? (scratch = mem_alloc(ex, scratch_bytes, dev))
+                                     : act_get(ex, i, l + 1);
+        if (!y || (grad && saved_get(ex, i, l))) return -ENOMEM;
+        rc = layer_forward(ex, i, l, y, grad, recompute, node);
+        /* M1, M2: the input of layer l goes when nothing will read it again */
+        bool keep = grad ? needs_input(op) : l == f;
+        if (!keep)
+            act_drop(ex, i, l);
+        else if (l == 0 && !rc)
+            rc = hold_input(ex, i);
         LIVE(ex, i, l) = grad;
     }
-    return 0;
+    mem_free(ex, scratch, scratch_bytes, dev);
+    /* E4: micro-batch i's loss and output gradient as soon as its output exists (M3) */
+    if (!rc && !recompute && j == ex->n - 1) rc = loss_mb(ex, i);
+    return rc;
 }
 
 static int task_backward(struct exec *ex, int i, int j, uint32_t node)
@@ -326,10 +556,28 @@ static int task_backward(struct exec *ex, int i, int j, uint32_t node)
     int rc = ps_exec_check_live(ex->g, node, &LIVE(ex, i, 0), f, c, ex->d);
     if (rc) return rc;
     if (j == ex->n - 1 && (rc = loss_mb(ex, i))) return rc;
-    for (int l = f + c - 1; l >= f; l--)
-        if ((rc = layer_backward(ex, i, l))) return rc;
-    for (int l = f; l < f + c; l++) LIVE(ex, i, l) = false; /* backward frees the graph */
+    for (int l = f + c - 1; l >= f; l--) {
+        float *dx = NULL; /* the model input needs no gradient */
+        if (l > 0 && !(dx = grad_get(ex, i, l))) return -ENOMEM;
+        if ((rc = layer_backward(ex, i, l, dx))) return rc;
+        grad_drop(ex, i, l + 1); /* M3 */
+        act_drop(ex, i, l);
+        saved_drop(ex, i, l);
+        LIVE(ex, i, l) = false; /* backward frees the graph */
+    }
     return 0;
+}
+
+/* Frees whatever a step left (forward-only steps run no B); counted as freed. */
+static void step_cleanup(struct exec *ex)
+{
+    for (int i = 0; i < ex->m; i++) {
+        for (int l = 0; l <= ex->L; l++) {
+            act_drop(ex, i, l);
+            grad_drop(ex, i, l);
+        }
+        for (int l = 0; l < ex->L; l++) saved_drop(ex, i, l);
+    }
 }
 
 static int run_node(struct exec *ex, uint32_t v, bool record)
@@ -360,9 +608,14 @@ static int run_node(struct exec *ex, uint32_t v, bool record)
     }
     if (timed && rc == 0) {
         double e = ps_exec_now_us(&ex->t0);
+        lock(ex);
         if (ps_trace_add(&ex->res->trace, v, nd->device, nd->stream, t, e - t, NULL))
-            rc = ps_diag_set(ex->d, -ENOMEM, "exec", "out of memory for the trace");
+            rc = -ENOMEM;
+        unlock(ex);
+        if (rc) rc = ps_diag_set(ex->d, rc, "exec", "out of memory for the trace");
     }
+    if (rc == -ENOMEM && ex->d->code == 0)
+        rc = ps_diag_set(ex->d, rc, "exec", "out of memory for the activations");
     return rc;
 }
 
@@ -391,7 +644,9 @@ static void free_buffers(struct exec *ex)
     free(ex->labels);
     free(ex->mb_loss);
     free(ex->loss_done);
+    free(ex->held_in);
     free(ex->mb_off);
+    free(ex->layer_dev);
     free(ex->tmp_mean);
     free(ex->tmp_var);
 }
@@ -406,46 +661,260 @@ static int alloc_buffers(struct exec *ex, const struct ps_data *dt)
     ex->live = calloc(ns, sizeof(bool));
     ex->mb_loss = calloc((size_t)m, sizeof(double));
     ex->loss_done = calloc((size_t)m, sizeof(bool));
+    ex->held_in = calloc((size_t)m, sizeof(bool));
     ex->mb_off = calloc((size_t)m, sizeof(int64_t));
+    ex->layer_dev = calloc((size_t)L + 1, sizeof(int));
     ex->xbatch = malloc((size_t)(ex->batch * dt->in_numel) * sizeof(float));
     if (dt->labels) ex->labels = malloc((size_t)ex->batch * sizeof(int64_t));
     if (dt->rows) ex->rows = malloc((size_t)(ex->batch * dt->out_numel) * sizeof(float));
-    int64_t maxc = 1;
-    for (int l = 0; l < L; l++)
-        if (ex->model->layers[l].channels > maxc) maxc = ex->model->layers[l].channels;
-    ex->tmp_mean = malloc((size_t)maxc * sizeof(double));
-    ex->tmp_var = malloc((size_t)maxc * sizeof(double));
     if (!ex->act || !ex->grad || !ex->saved || !ex->live || !ex->mb_loss || !ex->loss_done ||
-        !ex->mb_off || !ex->xbatch || (dt->labels && !ex->labels) || (dt->rows && !ex->rows) ||
-        !ex->tmp_mean || !ex->tmp_var)
+        !ex->held_in ||
+        !ex->mb_off || !ex->layer_dev || !ex->xbatch || (dt->labels && !ex->labels) ||
+        (dt->rows && !ex->rows))
         return -ENOMEM;
+    for (int j = 0; j < ex->n; j++)
+        for (int l = ex->spec->first_layer[j]; l < ex->spec->first_layer[j] + ex->spec->balance[j];
+             l++)
+            ex->layer_dev[l] = ex->spec->device_id[j];
+    ex->layer_dev[L] = L > 0 ? ex->layer_dev[L - 1] : 0;
     int64_t off = 0;
     for (int i = 0; i < m; i++) {
         ex->mb_off[i] = off;
         off += ex->mb_size[i];
-        for (int l = 0; l <= L; l++) {
-            size_t c = act_numel(ex, i, l);
-            /* act[i][0] points into the mini-batch; the others are owned */
-            if (l > 0 && !(ACT(ex, i, l) = malloc(c * sizeof(float)))) return -ENOMEM;
-            if (l > 0 && !(GRAD(ex, i, l) = malloc(c * sizeof(float)))) return -ENOMEM;
-        }
         for (int l = 0; l < L; l++) {
-            const struct ps_layer *ly = &ex->spec->layers[l];
+            /* BN statistics: C floats, kept for the run (the other buffers come and go, M1-M3) */
             const struct ps_layer_info *li = &ex->model->layers[l];
             struct saved *sv = SAVED(ex, i, l);
-            size_t cnt = (size_t)ex->mb_size[i];
-            if (ly->op == PS_OP_BATCHNORM) {
+            if (ex->spec->layers[l].op == PS_OP_BATCHNORM) {
                 sv->bn_mean = malloc((size_t)li->channels * sizeof(float));
                 sv->bn_invstd = malloc((size_t)li->channels * sizeof(float));
                 if (!sv->bn_mean || !sv->bn_invstd) return -ENOMEM;
-            } else if (ly->op == PS_OP_MAXPOOL2D) {
-                if (!(sv->idx = malloc(cnt * (size_t)li->out_numel * sizeof(int32_t))))
-                    return -ENOMEM;
-            } else if (ly->op == PS_OP_DROPOUT) {
-                if (!(sv->mask = malloc(cnt * (size_t)li->out_numel))) return -ENOMEM;
             }
         }
     }
+    return 0;
+}
+
+/* BN statistics scratch of one worker */
+static int alloc_tmp(struct exec *ex)
+{
+    int64_t maxc = 1;
+    for (int l = 0; l < ex->L; l++)
+        if (ex->model->layers[l].channels > maxc) maxc = ex->model->layers[l].channels;
+    ex->tmp_mean = malloc((size_t)maxc * sizeof(double));
+    ex->tmp_var = malloc((size_t)maxc * sizeof(double));
+    return ex->tmp_mean && ex->tmp_var ? 0 : -ENOMEM;
+}
+
+/* ---- devices on threads ------------------------------------------------------------------- */
+
+/* Nodes with work (or a record) for the cpu executor; the others pass no data of their own. */
+static bool is_work(const struct ps_node *nd)
+{
+    return ps_node_is_task(nd) || (nd->kind == PS_NODE_LOSS && nd->phase == PS_PHASE_FWD);
+}
+
+/* The worker (device) that runs node v: its device, the last partition's for host nodes. */
+static int worker_of(const struct exec *ex, const struct ps_node *nd)
+{
+    int d = nd->device;
+    return d >= 0 && d < ex->sh->n_dev ? d : ex->layer_dev[ex->L];
+}
+
+/* Per work node, the work nodes on other devices it waits for: the nearest work nodes behind its
+ * DATA in-edges, through nodes without work (copies, waits, fork/join, gather). */
+static int build_deps(struct exec *ex, const struct ps_order *order)
+{
+    const struct ps_graph *g = ex->g;
+    struct shared *sh = ex->sh;
+    uint32_t N = g->n_nodes, cap = 1024, n = 0;
+    sh->dep_off = calloc((size_t)N + 1, sizeof(uint32_t));
+    sh->dep = malloc(cap * sizeof(uint32_t));
+    uint32_t *stack = malloc(((size_t)g->n_edges + 1) * sizeof(uint32_t));
+    uint32_t *stamp = calloc(N ? N : 1, sizeof(uint32_t));
+    int rc = sh->dep_off && sh->dep && stack && stamp ? 0 : -ENOMEM;
+    bool *in_order = calloc(N ? N : 1, sizeof(bool));
+    if (!in_order) rc = -ENOMEM;
+    for (uint32_t k = 0; k < order->n && !rc; k++) in_order[order->node[k]] = true;
+    for (uint32_t v = 0; v < N && !rc; v++) {
+        sh->dep_off[v] = n;
+        const struct ps_node *nd = &g->nodes[v];
+        if (!is_work(nd) || !in_order[v]) continue;
+        int me = worker_of(ex, nd);
+        uint32_t sp = 0;
+        stack[sp++] = v;
+        stamp[v] = v + 1;
+        while (sp && !rc) {
+            uint32_t u = stack[--sp];
+            for (uint32_t e = g->in_off[u]; e < g->in_off[u + 1]; e++) {
+                const struct ps_edge *ed = &g->edges[g->in_edge[e]];
+                uint32_t w = ed->src;
+                if (ed->kind != PS_EDGE_DATA || stamp[w] == v + 1) continue;
+                stamp[w] = v + 1;
+                const struct ps_node *wn = &g->nodes[w];
+                if (!is_work(wn) || !in_order[w]) {
+                    if (sp < g->n_edges + 1) stack[sp++] = w;
+                    continue;
+                }
+                if (worker_of(ex, wn) == me) continue; /* earlier in the same worker's sequence */
+                if (n == cap) {
+                    uint32_t *q = realloc(sh->dep, 2 * (size_t)cap * sizeof(uint32_t));
+                    if (!q) {
+                        rc = -ENOMEM;
+                        break;
+                    }
+                    sh->dep = q;
+                    cap *= 2;
+                }
+                sh->dep[n++] = w;
+            }
+        }
+    }
+    if (sh->dep_off) sh->dep_off[N] = n;
+    free(stack);
+    free(stamp);
+    free(in_order);
+    return rc;
+}
+
+static void mark_done(struct exec *ex, uint32_t v)
+{
+    struct shared *sh = ex->sh;
+    pthread_mutex_lock(&sh->mu);
+    sh->done[v] = 1;
+    pthread_cond_broadcast(&sh->cv);
+    pthread_mutex_unlock(&sh->mu);
+}
+
+/* false when another worker failed */
+static bool wait_deps(struct exec *ex, uint32_t v)
+{
+    struct shared *sh = ex->sh;
+    bool ok = true;
+    pthread_mutex_lock(&sh->mu);
+    for (uint32_t k = sh->dep_off[v]; k < sh->dep_off[v + 1] && ok; k++) {
+        while (!sh->done[sh->dep[k]] && !sh->failed) pthread_cond_wait(&sh->cv, &sh->mu);
+        ok = !sh->failed;
+    }
+    pthread_mutex_unlock(&sh->mu);
+    return ok;
+}
+
+struct worker {
+    struct exec ex; /* a copy: own diag and BN scratch, the rest shared */
+    struct ps_diag d;
+    const struct ps_order *order;
+    int dev;
+    bool forward_only, record;
+    int gemm_threads;
+    int rc;
+};
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    struct exec *ex = &w->ex;
+    struct shared *sh = ex->sh;
+    ps_cpu_set_threads_local(w->gemm_threads);
+    for (uint32_t k = 0; k < w->order->n && !w->rc; k++) {
+        uint32_t v = w->order->node[k];
+        const struct ps_node *nd = &ex->g->nodes[v];
+        if (!is_work(nd) || worker_of(ex, nd) != w->dev) continue;
+        if (w->forward_only && nd->phase != PS_PHASE_FWD) continue;
+        if (!wait_deps(ex, v)) break;
+        w->rc = run_node(ex, v, w->record);
+        if (w->rc) {
+            pthread_mutex_lock(&sh->mu);
+            if (!sh->failed) {
+                sh->failed = w->rc;
+                *sh->d = w->d;
+            }
+            pthread_cond_broadcast(&sh->cv);
+            pthread_mutex_unlock(&sh->mu);
+        } else {
+            mark_done(ex, v);
+        }
+    }
+    return NULL;
+}
+
+struct bn_key {
+    uint32_t pos, k;
+};
+
+static int bn_key_cmp(const void *a, const void *b)
+{
+    const struct bn_key *x = a, *y = b;
+    if (x->pos != y->pos) return x->pos < y->pos ? -1 : 1;
+    return x->k < y->k ? -1 : x->k > y->k;
+}
+
+/* The BN log entries [from, n_bn) in the order's sequence (by node position; entries of one
+ * node keep their order), as the serial mode writes them. */
+static int sort_bn_log(struct ps_exec_result *r, uint32_t from, const struct ps_order *order)
+{
+    uint32_t cnt = r->n_bn - from;
+    if (cnt < 2) return 0;
+    struct bn_key *key = malloc((size_t)cnt * sizeof(*key));
+    struct ps_exec_bn_update *tmp = malloc((size_t)cnt * sizeof(*tmp));
+    if (!key || !tmp) {
+        free(key);
+        free(tmp);
+        return -ENOMEM;
+    }
+    for (uint32_t k = 0; k < cnt; k++) key[k] = (struct bn_key){order->pos[r->bn[from + k].node], k};
+    qsort(key, cnt, sizeof(*key), bn_key_cmp);
+    for (uint32_t k = 0; k < cnt; k++) tmp[k] = r->bn[from + key[k].k];
+    memcpy(r->bn + from, tmp, (size_t)cnt * sizeof(*tmp));
+    free(key);
+    free(tmp);
+    return 0;
+}
+
+/* One step with a worker per device. */
+static int run_step_threaded(struct exec *ex, struct worker *w, const struct ps_order *order,
+                             bool forward_only, bool record)
+{
+    struct shared *sh = ex->sh;
+    int nd = sh->n_dev;
+    memset(sh->done, 0, ex->g->n_nodes);
+    sh->failed = 0;
+    uint32_t bn0 = ex->res->n_bn;
+    pthread_t *tid = malloc((size_t)nd * sizeof(pthread_t));
+    bool *started = calloc((size_t)nd, sizeof(bool));
+    int rc = tid && started ? 0 : -ENOMEM;
+    int per = ps_cpu_threads() / nd;
+    for (int k = 0; k < nd && !rc; k++) {
+        struct exec *tmp_mean_owner = &w[k].ex;
+        double *tm = tmp_mean_owner->tmp_mean, *tv = tmp_mean_owner->tmp_var;
+        w[k].ex = *ex;
+        w[k].ex.tmp_mean = tm;
+        w[k].ex.tmp_var = tv;
+        ps_diag_clear(&w[k].d);
+        w[k].ex.d = &w[k].d;
+        w[k].order = order;
+        w[k].dev = k;
+        w[k].forward_only = forward_only;
+        w[k].record = record;
+        w[k].gemm_threads = per > 1 ? per : 1;
+        w[k].rc = 0;
+    }
+    for (int k = 0; k < nd && !rc; k++)
+        if (!(started[k] = pthread_create(&tid[k], NULL, worker_main, &w[k]) == 0)) {
+            pthread_mutex_lock(&sh->mu);
+            rc = sh->failed = -EAGAIN; /* the started workers stop at their next wait */
+            pthread_cond_broadcast(&sh->cv);
+            pthread_mutex_unlock(&sh->mu);
+        }
+    for (int k = 0; k < nd && tid && started; k++)
+        if (started[k]) pthread_join(tid[k], NULL);
+    free(tid);
+    free(started);
+    if (rc == -ENOMEM) return ps_diag_set(ex->d, rc, "exec", "out of memory for the device threads");
+    if (rc) return ps_diag_set(ex->d, rc, "exec", "cannot start a thread per device (use the serial mode)");
+    if (sh->failed) return sh->failed;
+    if (sort_bn_log(ex->res, bn0, order))
+        return ps_diag_set(ex->d, -ENOMEM, "exec", "out of memory for the BN log");
     return 0;
 }
 
@@ -493,6 +962,10 @@ void ps_exec_result_finish(struct ps_exec_result *res)
     }
     free(res->bn);
     ps_trace_finish(&res->trace);
+    free(res->mem.peak_bytes);
+    free(res->mem.peak_t_us);
+    free(res->mem.peak_step);
+    free(res->mem.points);
     memset(res, 0, sizeof(*res));
 }
 
@@ -551,6 +1024,8 @@ int ps_exec_run(const struct ps_graph *g, const struct ps_order *order,
     struct ps_exec_setup su;
     int rc = ps_exec_setup(&su, g, order, o, PS_TRACE_CPU, res, d);
     const struct ps_spec *spec = g->spec;
+    struct shared sh;
+    memset(&sh, 0, sizeof(sh));
     struct exec ex;
     memset(&ex, 0, sizeof(ex));
     ex.g = g;
@@ -558,6 +1033,7 @@ int ps_exec_run(const struct ps_graph *g, const struct ps_order *order,
     ex.model = g->model;
     ex.res = res;
     ex.d = d;
+    ex.sh = &sh;
     ex.L = spec ? spec->n_layers : 0;
     ex.m = g->m;
     ex.n = g->n;
@@ -567,8 +1043,44 @@ int ps_exec_run(const struct ps_graph *g, const struct ps_order *order,
     order = su.order;
     int steps = su.steps;
     const struct ps_data *dt = &su.data;
-    if (!rc && alloc_buffers(&ex, dt))
+    if (!rc && (alloc_buffers(&ex, dt) || alloc_tmp(&ex)))
         rc = ps_diag_set(d, -ENOMEM, "exec", "out of memory for the activations");
+    /* memory accounting: one counter per device */
+    struct ps_exec_memory *mem = &res->mem;
+    sh.d = d;
+    sh.mem = mem;
+    sh.n_dev = g->n_devices > 0 ? g->n_devices : 1;
+    for (int l = 0; !rc && l <= ex.L; l++)
+        if (ex.layer_dev[l] >= sh.n_dev) sh.n_dev = ex.layer_dev[l] + 1;
+    if (!rc) {
+        mem->n_devices = sh.n_dev;
+        sh.cur = calloc((size_t)sh.n_dev, sizeof(int64_t));
+        mem->peak_bytes = calloc((size_t)sh.n_dev, sizeof(int64_t));
+        mem->peak_t_us = calloc((size_t)sh.n_dev, sizeof(double));
+        mem->peak_step = calloc((size_t)sh.n_dev, sizeof(int32_t));
+        if (!sh.cur || !mem->peak_bytes || !mem->peak_t_us || !mem->peak_step)
+            rc = ps_diag_set(d, -ENOMEM, "exec", "out of memory");
+    }
+    /* devices on threads: only when there is more than one */
+    struct worker *w = NULL;
+    bool sync_init = false;
+    if (!rc && o->device_threads && sh.n_dev > 1) {
+        sh.threaded = true;
+        sh.done = calloc(g->n_nodes ? g->n_nodes : 1, 1);
+        w = calloc((size_t)sh.n_dev, sizeof(*w));
+        if (!sh.done || !w || build_deps(&ex, order))
+            rc = ps_diag_set(d, -ENOMEM, "exec", "out of memory for the device threads");
+        for (int k = 0; k < sh.n_dev && !rc; k++) {
+            w[k].ex = ex;
+            if (alloc_tmp(&w[k].ex))
+                rc = ps_diag_set(d, -ENOMEM, "exec", "out of memory for the device threads");
+        }
+        if (!rc) {
+            pthread_mutex_init(&sh.mu, NULL);
+            pthread_cond_init(&sh.cv, NULL);
+            sync_init = true;
+        }
+    }
     struct timespec run0;
     clock_gettime(CLOCK_MONOTONIC, &run0);
     for (int s = 0; s < steps && !rc; s++) {
@@ -583,9 +1095,15 @@ int ps_exec_run(const struct ps_graph *g, const struct ps_order *order,
         memset(ex.live, 0, (size_t)ex.m * (size_t)ex.L * sizeof(bool));
         ps_state_zero_grad(&res->state);
         bool record = o->trace && s == steps - 1;
-        for (uint32_t k = 0; k < order->n && !rc; k++)
-            if (!o->forward_only || ex.g->nodes[order->node[k]].phase == PS_PHASE_FWD)
-                rc = run_node(&ex, order->node[k], record);
+        sh.record = s == steps - 1;
+        if (sh.threaded) {
+            rc = run_step_threaded(&ex, w, order, o->forward_only, record);
+        } else {
+            for (uint32_t k = 0; k < order->n && !rc; k++)
+                if (!o->forward_only || ex.g->nodes[order->node[k]].phase == PS_PHASE_FWD)
+                    rc = run_node(&ex, order->node[k], record);
+        }
+        step_cleanup(&ex);
         if (rc) break;
         double loss = 0.0;
         for (int i = 0; i < ex.m; i++) loss += ex.mb_loss[i];
@@ -602,6 +1120,19 @@ int ps_exec_run(const struct ps_graph *g, const struct ps_order *order,
     }
     res->total_us = ps_exec_now_us(&run0);
     for (int i = 0; i < ex.m && ex.act; i++) ACT(&ex, i, 0) = NULL; /* not owned */
+    if (sync_init) {
+        pthread_mutex_destroy(&sh.mu);
+        pthread_cond_destroy(&sh.cv);
+    }
+    for (int k = 0; w && k < sh.n_dev; k++) {
+        free(w[k].ex.tmp_mean);
+        free(w[k].ex.tmp_var);
+    }
+    free(w);
+    free(sh.done);
+    free(sh.dep_off);
+    free(sh.dep);
+    free(sh.cur);
     free_buffers(&ex);
     ps_exec_setup_finish(&su);
     if (rc) ps_exec_result_finish(res);

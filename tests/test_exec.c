@@ -81,14 +81,16 @@ static void load_file(struct run *r, const char *path)
     build(r, &d);
 }
 
-static void load_str(struct run *r, const char *json)
+static void load_str_in(struct run *r, const char *json, const char *dir)
 {
     struct ps_diag d;
     ps_diag_clear(&d);
     memset(r, 0, sizeof(*r));
-    if (ps_spec_parse(json, "test.json", ".", &r->spec, &d)) fail_diag(&d);
+    if (ps_spec_parse(json, "test.json", dir, &r->spec, &d)) fail_diag(&d);
     build(r, &d);
 }
+
+static void load_str(struct run *r, const char *json) { load_str_in(r, json, "."); }
 
 static void execute_mode(struct run *r, int steps, bool forward_only)
 {
@@ -350,6 +352,183 @@ static void test_checkpoint_invariance(void **state)
     for (uint32_t k = 0; k < b.res.trace.n; k++) assert_true(b.res.trace.r[k].dur_us >= 0.0);
     finish(&a);
     finish(&b);
+}
+
+/* ---- devices on threads (ps_exec_opts.device_threads) --------------------------------------- */
+
+static void execute_threads(struct run *r, int steps, bool threads)
+{
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    struct ps_exec_opts o;
+    ps_exec_opts_init(&o);
+    assert_false(o.device_threads); /* serial by default */
+    o.steps = steps;
+    o.device_threads = threads;
+    if (ps_exec_run(r->graph, &r->order, &o, &r->res, &d)) fail_diag(&d);
+}
+
+/* a spec file's text with its "devices" list removed: every partition on its own device */
+static char *spec_own_devices(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static char text[1 << 16];
+    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    char *a = strstr(text, "\"devices\"");
+    if (a) {
+        char *b = strchr(a, ']');
+        assert_non_null(b);
+        b++;
+        while (*b == ' ' || *b == '\n' || *b == ',') b++;
+        memmove(a, b, strlen(b) + 1);
+    }
+    return text;
+}
+
+/* Threaded and serial runs give the same bits: loss, parameters, running statistics and the BN
+ * log in the same order (layer, step, micro-batch, phase, node, values). */
+static void same_bits(const struct run *a, const struct run *b)
+{
+    assert_int_equal(a->res.steps, b->res.steps);
+    assert_memory_equal(a->res.loss, b->res.loss, (size_t)a->res.steps * sizeof(double));
+    for (int l = 0; l < a->spec->n_layers; l++) {
+        const struct ps_layer_state *x = &a->res.state.layers[l], *y = &b->res.state.layers[l];
+        if (x->weight) assert_memory_equal(x->weight, y->weight, (size_t)x->n_weight * 4);
+        if (x->bias) assert_memory_equal(x->bias, y->bias, (size_t)x->n_bias * 4);
+        if (x->running_mean) {
+            assert_memory_equal(x->running_mean, y->running_mean, (size_t)x->channels * 4);
+            assert_memory_equal(x->running_var, y->running_var, (size_t)x->channels * 4);
+            assert_int_equal(x->num_batches_tracked, y->num_batches_tracked);
+        }
+    }
+    assert_int_equal(a->res.n_bn, b->res.n_bn);
+    for (uint32_t k = 0; k < a->res.n_bn; k++) {
+        const struct ps_exec_bn_update *u = &a->res.bn[k], *v = &b->res.bn[k];
+        assert_int_equal(u->layer, v->layer);
+        assert_int_equal(u->step, v->step);
+        assert_int_equal(u->mb, v->mb);
+        assert_int_equal(u->phase, v->phase);
+        assert_int_equal(u->node, v->node);
+        size_t C = (size_t)a->res.state.layers[u->layer].channels;
+        assert_memory_equal(u->mean, v->mean, C * 4);
+        assert_memory_equal(u->var, v->var, C * 4);
+    }
+    assert_int_equal(a->res.trace.n, b->res.trace.n);
+}
+
+static void test_device_threads(void **state)
+{
+    (void)state;
+    char path[PATH_MAX], line[256];
+    snprintf(path, sizeof(path), "%s/tests/golden/exec/cases.txt", root());
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    int cases = 0;
+    while (fgets(line, sizeof(line), f)) {
+        line[strcspn(line, "\n")] = '\0';
+        if (!line[0]) continue;
+        char dir[PATH_MAX / 2];
+        snprintf(dir, sizeof(dir), "%s/tests/golden/exec/cases/%s", root(), line);
+        snprintf(path, sizeof(path), "%s/spec.json", dir);
+        struct run a, b;
+        load_str_in(&a, spec_own_devices(path), dir);
+        load_str_in(&b, spec_own_devices(path), dir);
+        assert_true(a.graph->n_devices >= 2);
+        execute_threads(&a, 0, false);
+        execute_threads(&b, 0, true);
+        same_bits(&a, &b);
+        finish(&a);
+        finish(&b);
+        cases++;
+    }
+    fclose(f);
+    assert_true(cases >= 18);
+    /* three devices, dropout, every checkpoint mode and BN policy, more steps */
+    static const char *ck[] = {"never", "except_last", "always"};
+    static const char *pol[] = {"plain", "deferred", "grad-only"};
+    for (int c = 0; c < 3; c++)
+        for (int p = 0; p < 3; p++) {
+            char js[2048];
+            bn_spec(js, sizeof(js), ck[c], pol[p], 14);
+            char *dv = strstr(js, " \"devices\"");
+            char *end = strstr(dv, "],") + 2;
+            memmove(dv, end, strlen(end) + 1);
+            struct run a, b;
+            load_str(&a, js);
+            load_str(&b, js);
+            assert_int_equal(a.graph->n_devices, 3);
+            execute_threads(&a, 3, false);
+            execute_threads(&b, 3, true);
+            same_bits(&a, &b);
+            finish(&a);
+            finish(&b);
+        }
+}
+
+/* ---- measured activation memory (exec_cpu.c M1-M4), worked by hand ---------------------------- */
+
+/* linear(4->8), relu | linear(8->2), sum loss, batch 4 in 2 micro-batches of 2 samples, each
+ * partition on its own device. Bytes per micro-batch: input 2*4*4 = 32, relu's input 2*8*4 = 64,
+ * the second linear's input 64, the output 2*2*4 = 16 (gone once its loss is computed). */
+static const char *mem_spec(char *buf, size_t len, const char *ckpt)
+{
+    snprintf(buf, len,
+             "{\"pipescope\": 1, \"name\": \"mem\", \"batch\": 4,"
+             " \"model\": {\"input\": [4], \"layers\": ["
+             "  {\"op\": \"linear\", \"out\": 8}, {\"op\": \"relu\"}, {\"op\": \"linear\", \"out\": 2}],"
+             "  \"loss\": \"sum\"},"
+             " \"pipeline\": {\"balance\": [2, 1], \"chunks\": 2, \"checkpoint\": \"%s\"},"
+             " \"data\": {\"source\": \"synthetic\", \"seed\": 3}, \"train\": {\"steps\": 2}}",
+             ckpt);
+    return buf;
+}
+
+static void check_memory(const char *ckpt, int64_t want0, int64_t want1, bool threads)
+{
+    char js[1024];
+    struct run r;
+    load_str(&r, mem_spec(js, sizeof(js), ckpt));
+    execute_threads(&r, 2, threads);
+    const struct ps_exec_memory *m = &r.res.mem;
+    assert_int_equal(m->n_devices, 2);
+    if (m->peak_bytes[0] != want0 || m->peak_bytes[1] != want1)
+        fail_msg("checkpoint %s%s: peaks %lld, %lld bytes, expected %lld, %lld", ckpt,
+                 threads ? " (threads)" : "", (long long)m->peak_bytes[0],
+                 (long long)m->peak_bytes[1], (long long)want0, (long long)want1);
+    /* the last step's series: time order, its maximum is the peak (both steps are alike), and
+     * everything is freed by the end of the step */
+    int64_t max[2] = {0, 0}, last[2] = {-1, -1};
+    for (uint32_t k = 0; k < m->n_points; k++) {
+        const struct ps_exec_mem_point *p = &m->points[k];
+        assert_true(p->device == 0 || p->device == 1);
+        if (k) assert_true(p->t_us >= m->points[k - 1].t_us);
+        if (p->bytes > max[p->device]) max[p->device] = p->bytes;
+        last[p->device] = p->bytes;
+    }
+    assert_int_equal(max[0], want0);
+    assert_int_equal(max[1], want1);
+    assert_int_equal(last[0], 0);
+    assert_int_equal(last[1], 0);
+    finish(&r);
+}
+
+static void test_memory_by_hand(void **state)
+{
+    (void)state;
+    /* never: device 0 keeps input + relu input of both micro-batches, 2 * (32 + 64) = 192;
+     * device 1 the second linear's inputs, 2 * 64, plus micro-batch 1's output while its
+     * forward ends, 16: 144 */
+    check_memory("never", 192, 144, false);
+    check_memory("never", 192, 144, true);
+    /* always: a checkpointed F keeps its input only, 32 on device 0 and 64 on device 1 per
+     * micro-batch; R(i,0) rebuilds relu's input (64) and skips relu (its output is not read),
+     * so device 0 peaks at 32 + 32 + 64 = 128; R(i,1) skips the linear it consists of, so
+     * device 1 peaks during F(1,1): 64 + 64 + 16 = 144 */
+    check_memory("always", 128, 144, false);
+    check_memory("always", 128, 144, true);
 }
 
 /* deferred with fewer real micro-batches than chunks: the commit waits for `chunks` tracked
@@ -618,6 +797,8 @@ int main(void)
         cmocka_unit_test(test_checkpoint_invariance),
         cmocka_unit_test(test_deferred_short),
         cmocka_unit_test(test_bn_order_sim_vs_exec),
+        cmocka_unit_test(test_device_threads),
+        cmocka_unit_test(test_memory_by_hand),
         cmocka_unit_test(test_state_roundtrip),
         cmocka_unit_test(test_state_init),
         cmocka_unit_test(test_data_csv),

@@ -618,6 +618,22 @@ static void test_chrome_trace(void **state)
     assert_int_equal(count_ph(cJSON_GetObjectItem(j, "traceEvents"), "X", NULL), (int)t.n);
     cJSON_Delete(j);
     free(buf);
+    /* counter events (the executor's memory): one "C" event per value, in the given order */
+    static const struct ps_chrome_counter ctr[] = {{0, 1.5, 4096}, {1, 2.25, 64}, {0, 3.0, 0}};
+    o = (struct ps_chrome_opts){.no_flows = true, .counters = ctr, .n_counters = 3,
+                                .counter_name = "activation bytes"};
+    f = open_memstream(&buf, &len);
+    assert_int_equal(ps_chrome_write(g, &t, &o, f, &d), 0);
+    fclose(f);
+    assert_non_null(strstr(buf, "{\"ph\":\"C\",\"name\":\"activation bytes\",\"pid\":0,"
+                                "\"ts\":1.500,\"args\":{\"bytes\":4096}}"));
+    assert_non_null(strstr(buf, "\"pid\":1,\"ts\":2.250,\"args\":{\"bytes\":64}}"));
+    j = cJSON_Parse(buf);
+    assert_non_null(j);
+    assert_int_equal(count_ph(cJSON_GetObjectItem(j, "traceEvents"), "C", NULL), 3);
+    assert_int_equal(count_ph(cJSON_GetObjectItem(j, "traceEvents"), "X", NULL), (int)t.n);
+    cJSON_Delete(j);
+    free(buf);
     /* empty trace */
     struct ps_trace empty;
     ps_trace_init(&empty, PS_TRACE_CPU);

@@ -11,6 +11,8 @@
  *        ts/dur in microseconds with 3 decimals, args = {"task", "mb", "partition", "kind"}
  *     s/f flow events, one id per cross-stream DATA/PHONY dependency between recorded nodes,
  *        each end at the middle of its slice ("bp":"e": bound to the enclosing slice)
+ *     C  counter events when opts give them (the executor's activation memory per device):
+ *        name = opts' counter_name, pid = device, args = {"bytes": value}, in the given order
  *   ], "displayTimeUnit": "ms", "otherData": {"pipescope": 1, "source", "dropped_records"}}
  *
  * Written directly (one event per line) rather than through cJSON, because traces are large.
@@ -274,6 +276,16 @@ int ps_chrome_write(const struct ps_graph *g, const struct ps_trace *t,
             fprintf(f, "\"task\":%" PRIu32, r->node);
         }
         fputs("}}", f);
+    }
+    for (uint32_t k = 0; k < o->n_counters; k++) {
+        const struct ps_chrome_counter *c = &o->counters[k];
+        if (!isfinite(c->t_us)) continue;
+        fmt3(ts, sizeof(ts), c->t_us);
+        ev(f);
+        fputs("{\"ph\":\"C\",\"name\":", f);
+        jstr(f, o->counter_name ? o->counter_name : "counter");
+        fprintf(f, ",\"pid\":%" PRId32 ",\"ts\":%s,\"args\":{\"bytes\":%" PRId64 "}}", c->pid, ts,
+                c->value);
     }
     int rc = 0;
     if (g && !o->no_flows) rc = flows(f, g, t, o);

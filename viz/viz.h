@@ -195,8 +195,19 @@ int ps_report_fprint(const cJSON *root, FILE *f, struct ps_diag *diag);
 
 #define PS_CHROME_HOST_TID 1000000 /* tid of host records (stream -1) */
 
+/* One value of a counter track ("C" event): from t_us on, `value` on device `pid`. */
+struct ps_chrome_counter {
+    int32_t pid;
+    double t_us;
+    int64_t value;
+};
+
 struct ps_chrome_opts {
     bool no_flows;    /* omit flow events */
+    /* counter events after the slices, in the given order (e.g. the executor's memory) */
+    const struct ps_chrome_counter *counters;
+    uint32_t n_counters;
+    const char *counter_name; /* the track's name; its one arg is "bytes" */
     bool flows_via_unrecorded; /* also draw a dependency that passes through nodes without a
                                   record (fork/join on the host), as one flow */
 };

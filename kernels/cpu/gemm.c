@@ -58,14 +58,21 @@ enum { MR = 8, NR = 8, NB512 = 32, MC = 128, KC = 256, NC = 2048 };
 #endif
 
 static atomic_int g_threads;
+static _Thread_local int tl_threads;
 
 void ps_cpu_set_threads(int n)
 {
     atomic_store(&g_threads, n > MAX_THREADS ? MAX_THREADS : n);
 }
 
+void ps_cpu_set_threads_local(int n)
+{
+    tl_threads = n > MAX_THREADS ? MAX_THREADS : n;
+}
+
 int ps_cpu_threads(void)
 {
+    if (tl_threads > 0) return tl_threads;
     int n = atomic_load(&g_threads);
     if (n > 0) return n;
     long c = sysconf(_SC_NPROCESSORS_ONLN);

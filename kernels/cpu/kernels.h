@@ -27,6 +27,9 @@ struct ps_diag;
 /* Worker threads used by large sgemm calls; n <= 0 restores the default (online CPUs, max 16).
  * Small problems always run on the calling thread. */
 void ps_cpu_set_threads(int n);
+/* The same for sgemm calls made by the calling thread only (the executor's device workers share
+ * the cores); n <= 0 falls back to ps_cpu_set_threads' setting. */
+void ps_cpu_set_threads_local(int n);
 int ps_cpu_threads(void);
 
 /* The sgemm kernel in use: "plain", "fma" (AVX2) or "avx512", the widest this CPU runs by

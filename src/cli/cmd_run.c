@@ -1,7 +1,7 @@
 /* pipescope run: trains for real with an executor (kernels/exec.h) and reports what happened.
  *
  *   pipescope run SPEC [--backend cpu|cuda] [--virtual-devices] [--steps N] [--forward-only]
- *                 [--save-state DIR] [--trace FILE] [--json FILE]
+ *                 [--serial] [--save-state DIR] [--trace FILE] [--json FILE]
  *
  * Prints the loss of every step and, per BatchNorm layer, how its running statistics were
  * updated in one step (e.g. "0f 1f 2f 3f 3r 2r 1r 0r": micro-batch and f = forward,
@@ -11,6 +11,11 @@
  * spec's BN policy and checkpoint mode adapt them in such passes (ps_bn_adaptation). Outputs are written only after
  * the whole run succeeded, each atomically (the state folder as a temporary twin swapped in,
  * viz/out.c), so a failed run leaves no output file behind.
+ * The cpu backend runs one worker thread per device (torchgpipe's) unless --serial; results are
+ * the same bit for bit, the timeline differs. It measures the activation memory per device
+ * (kernels/exec_cpu.c M1-M4) and prints and reports the peak beside the simulator's memory model
+ * along the same order (src/analysis.c), and the last step's memory over time (--json
+ * execution.memory, --trace as Chrome counter events "activation bytes").
  * Exit codes: 0 ok, 2 bad input (spec, weights, data) or usage, 3 backend unavailable,
  * 1 the execution order got stuck (a graph without its dependencies, see `check`).
  */
@@ -19,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/analysis.h"
 #include "src/cli/cli.h"
 #include "src/drift.h"
 #include "kernels/exec.h"
@@ -76,8 +82,51 @@ static cJSON *float_array(const float *v, int64_t n)
     return a;
 }
 
+/* The simulator's peak per device along the executed order (NULL when not measured). */
+static struct ps_mem *simulated_peaks(const struct ps_ctx *ctx, const struct ps_exec_result *r)
+{
+    if (r->mem.n_devices == 0) return NULL;
+    int nd = ctx->graph->n_devices > r->mem.n_devices ? ctx->graph->n_devices : r->mem.n_devices;
+    struct ps_mem *m = calloc((size_t)nd, sizeof(*m));
+    if (m) ps_analysis_memory(ctx->graph, &ctx->order, m);
+    return m;
+}
+
+static int add_memory(cJSON *ex, const struct ps_exec_result *r, const struct ps_mem *sim)
+{
+    const struct ps_exec_memory *m = &r->mem;
+    cJSON *arr = cJSON_AddArrayToObject(ex, "memory");
+    if (!arr) return -ENOMEM;
+    for (int dv = 0; dv < m->n_devices; dv++) {
+        cJSON *o = cJSON_CreateObject();
+        if (!o) return -ENOMEM;
+        cJSON_AddItemToArray(arr, o);
+        ps_json_add_int(o, "device", dv);
+        ps_json_add_int(o, "peak_bytes", m->peak_bytes[dv]);
+        ps_json_add_int(o, "peak_step", m->peak_step[dv]);
+        ps_json_add_number(o, "peak_t_us", m->peak_t_us[dv]);
+        if (sim) {
+            ps_json_add_int(o, "simulated_peak_bytes", sim[dv].peak_bytes);
+            if (sim[dv].peak_bytes > 0)
+                ps_json_add_number(o, "measured_over_simulated",
+                                   (double)m->peak_bytes[dv] / (double)sim[dv].peak_bytes);
+        }
+        cJSON *pts = cJSON_AddArrayToObject(o, "last_step");
+        if (!pts) return -ENOMEM;
+        for (uint32_t k = 0; k < m->n_points; k++) {
+            if (m->points[k].device != dv) continue;
+            cJSON *pt = cJSON_CreateArray();
+            if (!pt) return -ENOMEM;
+            cJSON_AddItemToArray(pts, pt);
+            ps_json_add_number(pt, NULL, m->points[k].t_us);
+            ps_json_add_int(pt, NULL, m->points[k].bytes);
+        }
+    }
+    return 0;
+}
+
 static int add_report(cJSON *root, const struct ps_ctx *ctx, const char *backend, bool fwd,
-                      const struct ps_exec_result *r)
+                      bool serial, const struct ps_exec_result *r, const struct ps_mem *sim)
 {
     const struct ps_spec *s = ctx->spec;
     cJSON *ex = cJSON_CreateObject();
@@ -94,6 +143,13 @@ static int add_report(cJSON *root, const struct ps_ctx *ctx, const char *backend
     for (int k = 0; k < r->steps; k++) {
         ps_json_add_number(loss, NULL, r->loss[k]);
         ps_json_add_number(us, NULL, r->step_us[k]);
+    }
+    if (r->mem.n_devices) {
+        ps_json_add_bool(ex, "device_threads", !serial && r->mem.n_devices > 1);
+        if (add_memory(ex, r, sim)) {
+            cJSON_Delete(ex);
+            return -ENOMEM;
+        }
     }
     if (ps_json_set(root, "execution", ex)) return -ENOMEM;
 
@@ -134,10 +190,12 @@ int ps_cmd_run(struct ps_cli *cli)
 {
     const char *backend = "cpu", *save = NULL, *v;
     int steps = 0;
-    bool virt = false, fwd = false;
+    bool virt = false, fwd = false, serial = false;
     for (int k = 0; k < cli->argc; k++) {
         if (ps_cli_flag(cli, k, "--virtual-devices")) {
             virt = true;
+        } else if (ps_cli_flag(cli, k, "--serial")) {
+            serial = true;
         } else if (ps_cli_flag(cli, k, "--forward-only")) {
             fwd = true;
         } else if ((v = ps_cli_arg(cli, &k, "--backend"))) {
@@ -162,6 +220,7 @@ int ps_cmd_run(struct ps_cli *cli)
     o.steps = steps;
     o.virtual_devices = virt;
     o.forward_only = fwd;
+    o.device_threads = !serial;
     if (!ps_exec_backend_available(o.backend, &d)) return ps_cli_fail(&d, PS_EXIT_BACKEND);
 
     struct ps_ctx ctx;
@@ -177,6 +236,7 @@ int ps_cmd_run(struct ps_cli *cli)
                                                 : PS_EXIT_INPUT);
     }
     int code = PS_EXIT_OK;
+    struct ps_mem *sim = simulated_peaks(&ctx, &r);
     if (cli->verbosity >= 0) {
         printf("run: %s on %s, %d %s, batch %lld in %d micro-batches (chunks %d), "
                "checkpoint %s, batchnorm %s\n",
@@ -188,6 +248,14 @@ int ps_cmd_run(struct ps_cli *cli)
                ps_bn_policy_name(s->batchnorm));
         for (int k = 0; k < r.steps; k++)
             printf("  step %d  loss %.9g  (%.3f ms)\n", k, r.loss[k], r.step_us[k] / 1000.0);
+        if (r.mem.n_devices) {
+            printf("activation memory per device, measured peak (simulated peak along the same "
+                   "order), %s:\n",
+                   !serial && r.mem.n_devices > 1 ? "a thread per device" : "serial");
+            for (int dv = 0; dv < r.mem.n_devices; dv++)
+                printf("  device %d  %.3f MB (%.3f MB)%s\n", dv, 1e-6 * (double)r.mem.peak_bytes[dv],
+                       sim ? 1e-6 * (double)sim[dv].peak_bytes : 0.0, sim ? "" : " (no model)");
+        }
         bool any = false;
         for (int l = 0; l < s->n_layers; l++) any |= s->layers[l].op == PS_OP_BATCHNORM;
         if (any) {
@@ -201,12 +269,22 @@ int ps_cmd_run(struct ps_cli *cli)
             }
         }
     }
-    if (cli->trace &&
-        ps_chrome_write_file(ctx.graph, &r.trace, NULL, cli->trace, &d))
+    struct ps_chrome_counter *ctr = NULL;
+    struct ps_chrome_opts co = {0};
+    if (cli->trace && r.mem.n_points && (ctr = calloc(r.mem.n_points, sizeof(*ctr)))) {
+        for (uint32_t k = 0; k < r.mem.n_points; k++)
+            ctr[k] = (struct ps_chrome_counter){r.mem.points[k].device, r.mem.points[k].t_us,
+                                                r.mem.points[k].bytes};
+        co.counters = ctr;
+        co.n_counters = r.mem.n_points;
+        co.counter_name = "activation bytes";
+    }
+    if (cli->trace && ps_chrome_write_file(ctx.graph, &r.trace, &co, cli->trace, &d))
         code = ps_cli_fail(&d, PS_EXIT_INPUT);
+    free(ctr);
     if (code == PS_EXIT_OK && cli->json) {
         cJSON *root = ps_report_new();
-        if (!root || ps_report_add_spec(root, s) || add_report(root, &ctx, backend, fwd, &r)) {
+        if (!root || ps_report_add_spec(root, s) || add_report(root, &ctx, backend, fwd, serial, &r, sim)) {
             ps_diag_set(&d, -ENOMEM, cli->json, "out of memory building the report");
             code = ps_cli_fail(&d, PS_EXIT_INPUT);
         } else if (ps_report_write(root, cli->json, &d)) {
@@ -221,6 +299,7 @@ int ps_cmd_run(struct ps_cli *cli)
         (ps_out_folder(save, &save_files, &d) ||
          ps_state_save(&r.state, s, ctx.model, save_files, &d)))
         code = ps_cli_fail(&d, PS_EXIT_INPUT);
+    free(sim);
     ps_exec_result_finish(&r);
     ps_ctx_finish(&ctx);
     return code;

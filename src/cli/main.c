@@ -61,7 +61,8 @@ static const char help_graph[] =
 
 static const char help_run[] =
     "Trains the spec for real with pipescope's reference kernels: loss per step, BatchNorm\n"
-    "running statistics and their update log, and the measured timeline.\n"
+    "running statistics and their update log, the measured timeline, and the activation memory\n"
+    "per device (peak beside the simulator's model; --json and --trace: over time).\n"
     "\noptions:\n"
     "  --backend cpu|cuda  which executor (default: cpu; cuda exits 3 when no GPU is usable)\n"
     "  --virtual-devices  run a multi-device spec on one GPU, one stream set per partition\n"
@@ -69,6 +70,8 @@ static const char help_run[] =
     "  --steps N          training steps (default: the spec's train.steps, else 1)\n"
     "  --forward-only     train-mode forward passes only, no backward or optimizer step: which\n"
     "                     BN policy adapts its running statistics (default: off)\n"
+    "  --serial           cpu: run the order as one sequence instead of one thread per device;\n"
+    "                     same results bit for bit (default: a thread per device)\n"
     "  --save-state DIR   write the trained state as PyTorch-named .npy files (default: none)\n"
     "  --trace FILE       write the measured timeline as a Chrome trace (default: none)\n"
     SHARED_JSON SHARED_Q
@@ -188,10 +191,11 @@ const struct ps_cmd ps_commands[] = {
      "graph SPEC [--order] [--forward|--backward|--all] [--tasks] [--dot FILE] [--svg FILE] "
      "[--json FILE] [--no-phony] [--iteration N]",
      ps_cmd_graph, help_graph, false},
-    {"run", "train for real (cpu reference kernels): loss, BN statistics, measured timeline; "
+    {"run", "train for real (cpu reference kernels): loss, BN statistics, measured timeline and "
+     "activation memory per device (a thread per device; --serial: one sequence); "
      "--forward-only: train-mode forwards only (BN adaptation)",
      "run SPEC [--backend cpu|cuda] [--virtual-devices] [--steps N] [--forward-only] "
-     "[--save-state DIR] [--trace FILE] [--json FILE]",
+     "[--serial] [--save-state DIR] [--trace FILE] [--json FILE]",
      ps_cmd_run, help_run, false},
     {"drift", "BN running-statistics drift vs a full-batch reference; convergence (--train); "
      "which settings adapt BN statistics without backward (--forward-only)",
