@@ -1019,6 +1019,7 @@ int ps_exec_cuda_run(const struct ps_graph *g, const struct ps_order *order,
                 stats->cupti_records = cr.n;
                 stats->dropped = cr.dropped;
                 stats->unmapped = cr.unmapped;
+                stats->no_time = cr.no_time;
             }
             ps_cupti_result_finish(&cr);
         }

@@ -21,11 +21,12 @@ struct ps_exec_cuda_opts {
 /* Extra figures of a CUDA run (NULL-able out parameter of ps_exec_cuda_run). */
 struct ps_exec_cuda_stats {
     int gpus;              /* physical GPUs used */
-    uint32_t events;       /* cudaEvents: one per node with a cross-stream consumer */
+    uint32_t events;       /* cudaEvents: one per node another stream waits for (src/waits.h) */
     uint32_t waits;        /* cudaStreamWaitEvent calls per step */
     uint64_t cupti_records;
     uint64_t dropped;      /* CUPTI records dropped (also in res->trace.dropped) */
     uint64_t unmapped;     /* device records without a task id (should be 0) */
+    uint64_t no_time;      /* CUPTI records skipped for a zero start or end (should be 0) */
 };
 
 /* 0 when a CUDA device can run here; else -ENOTSUP (not built) or -ENODEV with

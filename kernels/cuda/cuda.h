@@ -226,11 +226,12 @@ struct ps_cupti_result {
     struct ps_cupti_rec *r;
     uint64_t dropped;   /* records CUPTI dropped (cuptiActivityGetNumDroppedRecords) */
     uint64_t unmapped;  /* device records with no external correlation id */
+    uint64_t no_time;   /* records skipped: CUPTI gave a zero start or end */
 };
 
 struct ps_cupti;
 /* Enables the activity kinds (concurrent kernels, memcpy, peer memcpy, memset,
- * synchronisation, runtime API, external correlation) and notes the start timestamp. One tracer
+ * synchronisation, runtime and driver API, external correlation) and notes the start timestamp. One tracer
  * at a time per process (-EBUSY). Without a driver CUPTI fails: -ENODEV with its message. */
 int ps_cupti_start(struct ps_cupti **t, struct ps_diag *d);
 /* External correlation (task id) around a task's launches. */

@@ -1,12 +1,18 @@
 /* cupti: the measured GPU timeline, from CUPTI's Activity API.
  *
  * Enabled kinds: concurrent kernels (CONCURRENT_KERNEL keeps kernels overlapping, KERNEL would
- * serialise them), memcpy, peer memcpy (MEMCPY2), memset, synchronisation, runtime API and
- * external correlation. The executor pushes the graph node id as external correlation id
+ * serialise them), memcpy, peer memcpy (MEMCPY2), memset, synchronisation, runtime API, driver
+ * API and external correlation. The executor pushes the graph node id as external correlation id
  * (CUSTOM0) around each task's launches; CUPTI then emits, per runtime API call made under the
  * push, an EXTERNAL_CORRELATION record (external id, correlation id), and every kernel/memcpy
  * carries the correlation id of the call that launched it. Joining the two maps every device
- * record to its node. (External correlation records only appear with RUNTIME enabled too.)
+ * record to its node. External correlation records are written only beside the API records of
+ * an enabled kind: RUNTIME for our own launches, DRIVER for work launched through the driver
+ * API, as cuBLAS does on Hopper (cuLaunchKernelEx); without DRIVER those GEMMs had no node.
+ * Driver API records themselves are not kept.
+ *
+ * Records with a zero start or end (cupti_activity.h: timestamps could not be collected) are
+ * skipped and counted (ps_cupti_result.no_time), never placed at the trace's origin.
  *
  *     host:   push(node) -> cudaLaunchKernel [corr 17] -> pop
  *     CUPTI:  EXTERNAL_CORRELATION {ext = node, corr = 17}   KERNEL {corr = 17, start, end}
@@ -48,6 +54,7 @@ struct ps_cupti {
     struct ext_pair *x;
     size_t nx, capx;
     uint64_t dropped;
+    uint64_t no_time; /* device/API records skipped for a zero start or end */
     int oom; /* records lost to our own allocation failures */
 };
 
@@ -58,7 +65,7 @@ static const CUpti_ActivityKind kinds[] = {
     CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
     CUPTI_ACTIVITY_KIND_MEMCPY2,           CUPTI_ACTIVITY_KIND_MEMSET,
     CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,   CUPTI_ACTIVITY_KIND_RUNTIME,
-    CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
+    CUPTI_ACTIVITY_KIND_DRIVER,            CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
 };
 #define N_KINDS (sizeof(kinds) / sizeof(kinds[0]))
 
@@ -130,6 +137,9 @@ static int64_t rel(const struct ps_cupti *t, uint64_t ts)
         (r)->stream = (rec)->streamId;                                                             \
     } while (0)
 
+/* a timed record without timestamps: counted, not kept */
+#define UNTIMED(rec) ((rec)->start == 0 || (rec)->end == 0)
+
 static void parse(struct ps_cupti *t, CUpti_Activity *a)
 {
     struct ps_cupti_rec *r;
@@ -137,6 +147,10 @@ static void parse(struct ps_cupti *t, CUpti_Activity *a)
     case CUPTI_ACTIVITY_KIND_KERNEL:
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
         const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)a;
+        if (UNTIMED(k)) {
+            t->no_time++;
+            return;
+        }
         if (!(r = add_rec(t))) return;
         ON_DEVICE(r, PS_CUPTI_KERNEL, k);
         r->name = k->name ? strdup(k->name) : NULL;
@@ -144,6 +158,10 @@ static void parse(struct ps_cupti *t, CUpti_Activity *a)
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY: {
         const CUpti_ActivityMemcpy6 *m = (const CUpti_ActivityMemcpy6 *)a;
+        if (UNTIMED(m)) {
+            t->no_time++;
+            return;
+        }
         if (!(r = add_rec(t))) return;
         ON_DEVICE(r, PS_CUPTI_MEMCPY, m);
         r->bytes = m->bytes;
@@ -151,6 +169,10 @@ static void parse(struct ps_cupti *t, CUpti_Activity *a)
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY2: {
         const CUpti_ActivityMemcpyPtoP4 *m = (const CUpti_ActivityMemcpyPtoP4 *)a;
+        if (UNTIMED(m)) {
+            t->no_time++;
+            return;
+        }
         if (!(r = add_rec(t))) return;
         ON_DEVICE(r, PS_CUPTI_MEMCPY_PEER, m);
         r->bytes = m->bytes;
@@ -158,6 +180,10 @@ static void parse(struct ps_cupti *t, CUpti_Activity *a)
     }
     case CUPTI_ACTIVITY_KIND_MEMSET: {
         const CUpti_ActivityMemset4 *m = (const CUpti_ActivityMemset4 *)a;
+        if (UNTIMED(m)) {
+            t->no_time++;
+            return;
+        }
         if (!(r = add_rec(t))) return;
         ON_DEVICE(r, PS_CUPTI_MEMSET, m);
         r->bytes = m->bytes;
@@ -165,6 +191,10 @@ static void parse(struct ps_cupti *t, CUpti_Activity *a)
     }
     case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
         const CUpti_ActivitySynchronization2 *s = (const CUpti_ActivitySynchronization2 *)a;
+        if (UNTIMED(s)) {
+            t->no_time++;
+            return;
+        }
         if (!(r = add_rec(t))) return;
         TIMED(r, PS_CUPTI_SYNC, s);
         r->stream = s->streamId;
@@ -172,6 +202,10 @@ static void parse(struct ps_cupti *t, CUpti_Activity *a)
     }
     case CUPTI_ACTIVITY_KIND_RUNTIME: {
         const CUpti_ActivityAPI *api = (const CUpti_ActivityAPI *)a;
+        if (UNTIMED(api)) {
+            t->no_time++;
+            return;
+        }
         if (!(r = add_rec(t))) return;
         TIMED(r, PS_CUPTI_RUNTIME, api);
         break;
@@ -326,6 +360,7 @@ int ps_cupti_stop(struct ps_cupti *t, struct ps_cupti_result *res, struct ps_dia
     res->r = t->r;
     res->dropped = t->dropped + (uint64_t)t->oom;
     res->unmapped = unmapped;
+    res->no_time = t->no_time;
     free(t->x);
     pthread_mutex_destroy(&t->mu);
     free(t);

@@ -216,9 +216,11 @@ static int bench_pipeline(int steps, int gpus, struct ps_diag *d)
         printf("  (same step untraced in the first run            %10.1f us)\n", untr_last);
         printf("  measured makespan of the traced step (trace)    %10.1f us\n",
                ps_trace_makespan(&traced.trace));
-        printf("  CUPTI records %llu, dropped %llu, unmapped %llu, trace records %u\n",
+        printf("  CUPTI records %llu, dropped %llu, unmapped %llu, without timestamps %llu, "
+               "trace records %u\n",
                (unsigned long long)st1.cupti_records, (unsigned long long)st1.dropped,
-               (unsigned long long)st1.unmapped, traced.trace.n);
+               (unsigned long long)st1.unmapped, (unsigned long long)st1.no_time,
+               traced.trace.n);
         printf("  loss: first %.6g last %.6g\n", plain.loss[0], plain.loss[steps - 1]);
         free(t);
     }

@@ -623,8 +623,12 @@ static void exec_case(const char *ckpt, const char *policy, const char *loss, in
         }
     }
     /* the trace */
-    assert_int_equal(stats.unmapped, 0);
-    assert_int_equal(gpu.trace.dropped, stats.dropped);
+    assert_int_equal(stats.unmapped, 0); /* GEMMs launched through the driver API too */
+    assert_int_equal(stats.dropped, 0);
+    assert_int_equal(gpu.trace.dropped, 0);
+    if (stats.no_time) /* skipped, not misplaced at t = 0; worth knowing, not a failure */
+        fprintf(stderr, "test_gpu: %llu CUPTI records without timestamps skipped\n",
+                (unsigned long long)stats.no_time);
     assert_true(stats.events > 0);
     check_trace(&r, &gpu.trace);
     ps_exec_result_finish(&cpu);
