@@ -34,7 +34,8 @@
  *       of the step maps to its node; the parameter update after the order is not traced.
  *   X5. num_batches_tracked and the DeferredBatchNorm counters live on the host and change at
  *       issue time, exactly as on the CPU; the statistics themselves stay on the GPU, and each
- *       update's mean/var is written to a device log slot and fetched after the step.
+ *       update's mean/var is written to a device log slot and fetched after the step. A GPU's
+ *       slots are one array, fetched with one copy.
  *   X6. Buffers read on another stream are not rewritten before that read is ordered. The one
  *       case the plan leaves open: the forward copy C(i,j->j+1) reads F(i,j)'s boundary output
  *       and nothing orders R(i,j) after it (for the first recompute of a device, R runs as soon as
@@ -89,6 +90,7 @@ struct xc {
     int *part_of;            /* layer -> partition */
     int *gpu_of_dev;         /* graph device -> physical GPU */
     int n_gpus, cur_gpu;
+    int *run_gpus, n_run_gpus; /* the GPUs this run uses, each once */
     /* streams and per-graph-device resources */
     ps_cuda_stream *stream;  /* graph stream -> cuda stream */
     int32_t *compute_of;     /* graph device -> its compute stream id */
@@ -114,6 +116,10 @@ struct xc {
     bool *loss_done;
     struct pending_log *pend;
     size_t n_pend, cap_pend;
+    /* every BN log slot of a GPU lives in one device array, fetched with one copy (X5) */
+    float **log_dev, **log_host; /* per physical GPU of the run */
+    size_t *log_len;             /* floats */
+    int *log_gdev;               /* a graph device on that GPU (its compute stream copies) */
     struct ps_cupti *tracer;
 };
 
@@ -577,15 +583,18 @@ static int setup_devices(struct xc *x)
         return rc;
     }
     x->gpu_of_dev = calloc((size_t)ndev, sizeof(int));
+    x->run_gpus = calloc((size_t)ndev, sizeof(int));
     x->compute_of = malloc((size_t)ndev * sizeof(int32_t));
     x->blas = calloc((size_t)ndev, sizeof(*x->blas));
     x->stream = calloc((size_t)g->n_streams, sizeof(ps_cuda_stream));
-    if (!x->gpu_of_dev || !x->compute_of || !x->blas || !x->stream)
+    if (!x->gpu_of_dev || !x->run_gpus || !x->compute_of || !x->blas || !x->stream)
         return ps_diag_set(x->d, -ENOMEM, "exec", "out of memory");
     for (int k = 0; k < ndev; k++) {
         x->gpu_of_dev[k] = virt ? 0 : k;
         x->compute_of[k] = -1;
     }
+    x->n_run_gpus = virt ? 1 : ndev;
+    for (int k = 0; k < x->n_run_gpus; k++) x->run_gpus[k] = k;
     x->cur_gpu = -1;
     /* peer access between the GPUs used (a failed enable falls back to staged copies) */
     for (int a = 0; !virt && a < ndev && !rc; a++)
@@ -707,6 +716,16 @@ static int setup_buffers(struct xc *x, const struct ps_data *dt)
             if (want > cap) want = one > cap ? one : cap - cap % (one ? one : 1);
             rc = use_gpu(x, dl->gpu);
             if (!rc) rc = ps_cuda_blas_reserve(x->blas[dl->gdev], want, x->d);
+            if (!rc && dl->b)
+                rc = ps_cuda_blas_reserve_bias(x->blas[dl->gdev], cs.c_out, (size_t)mbmax,
+                                               ps_cpu_conv2d_out_h(&cs) * ps_cpu_conv2d_out_w(&cs),
+                                               x->d);
+        }
+        if (!rc && ly->op == PS_OP_LINEAR && dl->b) {
+            rc = use_gpu(x, dl->gpu);
+            if (!rc)
+                rc = ps_cuda_blas_reserve_bias(x->blas[dl->gdev], (size_t)li->out_numel,
+                                               (size_t)mbmax, 1, x->d);
         }
     }
     /* activations, gradients and saved tensors per micro-batch */
@@ -735,10 +754,6 @@ static int setup_buffers(struct xc *x, const struct ps_data *dt)
                 size_t cb = (size_t)li->channels * sizeof(float);
                 rc = dalloc(x, (void **)&sv->bn_mean, cb, gpu);
                 if (!rc) rc = dalloc(x, (void **)&sv->bn_invstd, cb, gpu);
-                for (int k = 0; k < 3 && !rc; k++) {
-                    rc = dalloc(x, (void **)&sv->log_mean[k], cb, gpu);
-                    if (!rc) rc = dalloc(x, (void **)&sv->log_var[k], cb, gpu);
-                }
             } else if (ly->op == PS_OP_MAXPOOL2D) {
                 rc = dalloc(x, (void **)&sv->idx, cnt * (size_t)li->out_numel * sizeof(int32_t),
                             gpu);
@@ -747,6 +762,38 @@ static int setup_buffers(struct xc *x, const struct ps_data *dt)
             }
         }
     }
+    /* the BN log slots: forward, recompute and commit mean/var of every (micro-batch, layer) */
+    int ng = x->n_run_gpus;
+    x->log_dev = calloc((size_t)ng + 1, sizeof(float *));
+    x->log_host = calloc((size_t)ng + 1, sizeof(float *));
+    x->log_len = calloc((size_t)ng + 1, sizeof(size_t));
+    x->log_gdev = calloc((size_t)ng + 1, sizeof(int));
+    if (!rc && (!x->log_dev || !x->log_host || !x->log_len || !x->log_gdev))
+        rc = ps_diag_set(x->d, -ENOMEM, "exec", "out of memory");
+    for (int l = 0; l < L && !rc; l++)
+        if (spec->layers[l].op == PS_OP_BATCHNORM) {
+            x->log_len[x->lay[l].gpu] += (size_t)m * 6 * (size_t)x->model->layers[l].channels;
+            x->log_gdev[x->lay[l].gpu] = x->lay[l].gdev;
+        }
+    for (int k = 0; k < ng && !rc; k++) {
+        if (!x->log_len[k]) continue;
+        rc = dalloc(x, (void **)&x->log_dev[k], x->log_len[k] * sizeof(float), k);
+        if (!rc && !(x->log_host[k] = malloc(x->log_len[k] * sizeof(float))))
+            rc = ps_diag_set(x->d, -ENOMEM, "exec", "out of memory for the BN log");
+        x->log_len[k] = 0; /* refilled below as slots are handed out */
+    }
+    for (int i = 0; i < m && !rc; i++)
+        for (int l = 0; l < L; l++) {
+            if (spec->layers[l].op != PS_OP_BATCHNORM) continue;
+            struct saved *sv = SAVED(x, i, l);
+            int gpu = x->lay[l].gpu;
+            size_t C = (size_t)x->model->layers[l].channels;
+            for (int k = 0; k < 3; k++) {
+                sv->log_mean[k] = x->log_dev[gpu] + x->log_len[gpu];
+                sv->log_var[k] = sv->log_mean[k] + C;
+                x->log_len[gpu] += 2 * C;
+            }
+        }
     return rc;
 }
 
@@ -754,7 +801,7 @@ static void free_all(struct xc *x)
 {
     size_t na = (size_t)x->m * (size_t)(x->L + 1), ns = (size_t)x->m * (size_t)x->L;
     const struct ps_graph *g = x->g;
-    if (x->n_gpus > 0) (void)ps_cuda_sync_all(NULL);
+    if (x->n_run_gpus > 0) (void)ps_cuda_sync_gpus(x->run_gpus, x->n_run_gpus, NULL);
     for (size_t k = 0; k < na; k++) {
         if (x->act) ps_cuda_free(x->act[k]);
         if (x->pact) ps_cuda_free(x->pact[k]);
@@ -767,8 +814,7 @@ static void free_all(struct xc *x)
         ps_cuda_free(sv->bn_mean);
         ps_cuda_free(sv->bn_invstd);
         for (int q = 0; q < 3; q++) {
-            ps_cuda_free(sv->log_mean[q]);
-            ps_cuda_free(sv->log_var[q]);
+            sv->log_mean[q] = sv->log_var[q] = NULL; /* in log_dev */
         }
         ps_cuda_free(sv->idx);
         ps_cuda_free(sv->mask);
@@ -815,7 +861,16 @@ static void free_all(struct xc *x)
     free(x->wait_node);
     free(x->pend);
     free(x->part_of);
+    for (int k = 0; k < x->n_run_gpus; k++) {
+        if (x->log_dev) ps_cuda_free(x->log_dev[k]);
+        if (x->log_host) free(x->log_host[k]);
+    }
+    free(x->log_dev);
+    free(x->log_host);
+    free(x->log_len);
+    free(x->log_gdev);
     free(x->gpu_of_dev);
+    free(x->run_gpus);
     free(x->compute_of);
     free(x->blas);
     free(x->stream);
@@ -864,12 +919,20 @@ static int collect_step(struct xc *x, double *loss)
     *loss = 0.0;
     for (int i = 0; i < x->m && !rc; i++) *loss += buf[i] * x->h_loss[i];
     if (buf != dl) free(buf);
+    /* one copy of each GPU's log array, then the step's entries from it (X5) */
+    for (int k = 0; k < x->n_run_gpus && !rc; k++) {
+        bool any = false;
+        for (size_t q = 0; q < x->n_pend && !any; q++) any = x->pend[q].gpu == k;
+        if (any)
+            rc = d2h_sync(x, x->log_host[k], x->log_dev[k], x->log_len[k] * sizeof(float),
+                          x->log_gdev[k]);
+    }
     for (size_t k = 0; k < x->n_pend && !rc; k++) {
         struct pending_log *p = &x->pend[k];
         struct ps_exec_bn_update *u = &x->res->bn[p->entry];
-        int gd = x->lay[u->layer].gdev;
-        rc = d2h_sync(x, u->mean, p->mean, p->C * sizeof(float), gd);
-        if (!rc) rc = d2h_sync(x, u->var, p->var, p->C * sizeof(float), gd);
+        const float *h = x->log_host[p->gpu];
+        memcpy(u->mean, h + (p->mean - x->log_dev[p->gpu]), p->C * sizeof(float));
+        memcpy(u->var, h + (p->var - x->log_dev[p->gpu]), p->C * sizeof(float));
     }
     x->n_pend = 0;
     return rc;
@@ -995,7 +1058,7 @@ int ps_exec_cuda_run(const struct ps_graph *g, const struct ps_order *order,
     if (!rc) rc = setup_buffers(&x, &su.data);
     if (!rc) rc = plan_waits(&x, order);
     if (!rc) rc = zero_grads(&x);
-    if (!rc) rc = ps_cuda_sync_all(d);
+    if (!rc) rc = ps_cuda_sync_gpus(x.run_gpus, x.n_run_gpus, d);
     struct timespec run0, t0;
     clock_gettime(CLOCK_MONOTONIC, &run0);
     for (int s = 0; s < steps && !rc; s++) {
@@ -1011,7 +1074,9 @@ int ps_exec_cuda_run(const struct ps_graph *g, const struct ps_order *order,
                 rc = run_node(&x, order->node[k]);
         if (x.tracer) {
             struct ps_cupti_result cr;
-            int rc2 = ps_cupti_stop(x.tracer, &cr, rc ? NULL : d);
+            int rc2 = ps_cuda_sync_gpus(x.run_gpus, x.n_run_gpus, rc ? NULL : d);
+            if (!rc2) rc2 = ps_cupti_stop(x.tracer, &cr, rc ? NULL : d);
+            else (void)ps_cupti_stop(x.tracer, &cr, NULL);
             x.tracer = NULL;
             if (!rc) rc = rc2;
             if (!rc) rc = build_trace(&x, &cr);
@@ -1025,7 +1090,7 @@ int ps_exec_cuda_run(const struct ps_graph *g, const struct ps_order *order,
         }
         if (!rc && !o->forward_only) rc = sgd_all(&x);
         bool last = s == steps - 1;
-        if (!rc) rc = ps_cuda_sync_all(d);
+        if (!rc) rc = ps_cuda_sync_gpus(x.run_gpus, x.n_run_gpus, d);
         if (!rc) rc = collect_step(&x, &res->loss[s]);
         if (!rc && last) rc = copy_state_back(&x); /* grads of the last step, as the cpu */
         if (!rc && !last) rc = zero_grads(&x);

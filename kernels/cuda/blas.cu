@@ -17,7 +17,9 @@
  * Bias gradients are per-channel sums in double (ps::channel_sum, shared with batchnorm.cu).
  * Math mode is CUBLAS_DEFAULT_MATH (true fp32, no TF32), so results match the CPU to ~1e-6.
  * The im2col workspace is grown only by ps_cuda_blas_reserve (or, when a call needs more than
- * one sample's worth, here: outside timed work, the executor reserves everything up front).
+ * one sample's worth, here: outside timed work, the executor reserves everything up front); the
+ * bias-gradient scratch likewise by ps_cuda_blas_reserve_bias, so no cudaFree/cudaMalloc (each
+ * a device-wide synchronisation) happens inside a step.
  */
 #include "kernels/cuda/common.cuh"
 
@@ -214,6 +216,12 @@ void ps_cuda_blas_destroy(struct ps_cuda_blas *b)
     if (b->ws) (void)cudaFree(b->ws);
     if (b->red) (void)cudaFree(b->red);
     free(b);
+}
+
+int ps_cuda_blas_reserve_bias(struct ps_cuda_blas *b, size_t channels, size_t n, size_t spatial,
+                              struct ps_diag *d)
+{
+    return ensure_red(b, ps_cuda_bn_scratch(channels, n, spatial), d);
 }
 
 int ps_cuda_blas_reserve(struct ps_cuda_blas *b, size_t bytes, struct ps_diag *d)

@@ -23,6 +23,7 @@ int fail_blas(struct ps_diag *d, int status, const char *what);
 /* Blocks for a 1-D grid-stride launch over `count` items, capped at a few waves. */
 unsigned grid_for(size_t count, unsigned block);
 int sm_count(void);
+int set_current(int dev); /* cudaSetDevice, remembered for sm_count; returns the cudaError_t */
 
 constexpr unsigned kBlock = 256;
 

@@ -81,8 +81,9 @@ int ps_cuda_event_elapsed_ms(ps_cuda_event a, ps_cuda_event b, float *ms, struct
 /* cudaDeviceSynchronize on the current device (between iterations and before a CUPTI flush,
  * never inside an iteration). */
 int ps_cuda_device_sync(struct ps_diag *d);
-/* The same on every device, restoring the current one (before a CUPTI flush). */
-int ps_cuda_sync_all(struct ps_diag *d);
+/* The same on each of the n GPUs listed (a run's own, not every visible GPU), restoring the
+ * current one (between iterations, before a CUPTI flush). */
+int ps_cuda_sync_gpus(const int *gpus, int n, struct ps_diag *d);
 /* Reports (and clears) an asynchronous error of earlier launches. */
 int ps_cuda_check(const char *where, struct ps_diag *d);
 
@@ -95,6 +96,9 @@ void ps_cuda_blas_destroy(struct ps_cuda_blas *b); /* accepts NULL */
  * an iteration). conv2d uses at most ps_cuda_conv2d_workspace() bytes and processes samples in
  * chunks that fit what is reserved (one sample at least; it grows to that if needed). */
 int ps_cuda_blas_reserve(struct ps_cuda_blas *b, size_t bytes, struct ps_diag *d);
+/* Grows the bias-gradient scratch to what [n, channels, spatial] needs (setup, not mid-step). */
+int ps_cuda_blas_reserve_bias(struct ps_cuda_blas *b, size_t channels, size_t n, size_t spatial,
+                              struct ps_diag *d);
 
 /* C[M,N] = alpha op(A) op(B) + beta C, row-major with leading dimensions, as ps_cpu_sgemm. */
 int ps_cuda_sgemm(struct ps_cuda_blas *b, bool trans_a, bool trans_b, size_t m, size_t n,
@@ -237,8 +241,9 @@ int ps_cupti_start(struct ps_cupti **t, struct ps_diag *d);
 /* External correlation (task id) around a task's launches. */
 int ps_cupti_push(struct ps_cupti *t, uint64_t id, struct ps_diag *d);
 int ps_cupti_pop(struct ps_cupti *t, struct ps_diag *d);
-/* Synchronises the device(s), flushes, disables the kinds and returns every record with its
- * external id resolved. The tracer is destroyed (also on error). */
+/* Flushes, disables the kinds and returns every record with its external id resolved. The
+ * caller synchronises the GPUs it traced first (CUPTI flushes only completed work). The tracer is
+ * destroyed (also on error). */
 int ps_cupti_stop(struct ps_cupti *t, struct ps_cupti_result *res, struct ps_diag *d);
 void ps_cupti_result_finish(struct ps_cupti_result *res); /* accepts a zeroed struct */
 const char *ps_cupti_kind_name(enum ps_cupti_kind k);

@@ -22,12 +22,30 @@ int fail(struct ps_diag *d, cudaError_t e, const char *what)
                        cudaGetErrorName(e));
 }
 
+/* The SM count sizes every grid, so it is asked once per device, not once per launch: the
+   current device is remembered per thread by set_current (every cudaSetDevice here goes through
+   it), and each device's count is cached when first needed (an attribute never changes). */
+static thread_local int t_dev = -1;
+static int g_sms[256];
+
+int set_current(int dev)
+{
+    cudaError_t e = cudaSetDevice(dev);
+    t_dev = e == cudaSuccess ? dev : -1;
+    return (int)e;
+}
+
 int sm_count(void)
 {
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return 132;
+    int dev = t_dev, n = 0;
+    if (dev < 0) {
+        if (cudaGetDevice(&dev) != cudaSuccess) return 132;
+        t_dev = dev;
+    }
+    if (dev < 256 && (n = __atomic_load_n(&g_sms[dev], __ATOMIC_RELAXED)) > 0) return n;
     if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0)
         return 132;
+    if (dev < 256) __atomic_store_n(&g_sms[dev], n, __ATOMIC_RELAXED);
     return n;
 }
 
@@ -87,7 +105,7 @@ int ps_cuda_device_info(int dev, char *name, size_t len, double *peak_bw, int *s
 
 int ps_cuda_set_device(int dev, struct ps_diag *d)
 {
-    CU(cudaSetDevice(dev));
+    CU((cudaError_t)ps::set_current(dev));
     return 0;
 }
 
@@ -101,7 +119,7 @@ int ps_cuda_enable_peer(int dev, int peer, bool *ok, struct ps_diag *d)
     }
     CU(cudaDeviceCanAccessPeer(&can, dev, peer));
     if (!can) return 0;
-    CU(cudaSetDevice(dev));
+    CU((cudaError_t)ps::set_current(dev));
     cudaError_t e = cudaDeviceEnablePeerAccess(peer, 0);
     if (e == cudaErrorPeerAccessAlreadyEnabled) {
         cudaGetLastError();
@@ -234,16 +252,15 @@ int ps_cuda_device_sync(struct ps_diag *d)
     return 0;
 }
 
-int ps_cuda_sync_all(struct ps_diag *d)
+int ps_cuda_sync_gpus(const int *gpus, int n, struct ps_diag *d)
 {
-    int cur = 0, n = 0;
+    int cur = 0;
     CU(cudaGetDevice(&cur));
-    CU(cudaGetDeviceCount(&n));
     for (int k = 0; k < n; k++) {
-        CU(cudaSetDevice(k));
+        CU((cudaError_t)ps::set_current(gpus[k]));
         CU(cudaDeviceSynchronize());
     }
-    CU(cudaSetDevice(cur));
+    CU((cudaError_t)ps::set_current(cur));
     return 0;
 }
 

@@ -131,7 +131,7 @@ int ps_cuda_device_sync(struct ps_diag *d)
     return -ENOTSUP;
 }
 
-int ps_cuda_sync_all(struct ps_diag *d)
+int ps_cuda_sync_gpus(const int *gpus, int n, struct ps_diag *d)
 {
     return -ENOTSUP;
 }
@@ -152,6 +152,12 @@ void ps_cuda_blas_destroy(struct ps_cuda_blas *b)
 }
 
 int ps_cuda_blas_reserve(struct ps_cuda_blas *b, size_t bytes, struct ps_diag *d)
+{
+    return -ENOTSUP;
+}
+
+int ps_cuda_blas_reserve_bias(struct ps_cuda_blas *b, size_t channels, size_t n, size_t spatial,
+                              struct ps_diag *d)
 {
     return -ENOTSUP;
 }
