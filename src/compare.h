@@ -1,4 +1,4 @@
-/* compare: a measured timeline against a simulated one, and the cost model fitted to it.
+/* compare: a measured timeline against a simulated one.
  *
  * Both traces are records on one graph (trace.h; a file goes through trace_read.h first), so
  * tasks align by node id. Each trace is put on its own clock: time 0 is the start of its first
@@ -21,20 +21,7 @@
  * task bounds the p95 of |relative duration error|, start (unset by default) bounds the p95 of
  * |start error| / measured makespan; a dependency violation in the measurement always fails.
  *
- * Calibration (ps_calibrate) fits, by linear least squares on the measured trace,
- *   F(i,j), R(i,j):  dur = s_i * Fp_j           (Fp_j: forward of partition j per sample)
- *   B(i,j) (+Wg):    dur = s_i * Bp_j
- *   C(...):          dur = bytes * u + lat      (u = 1e6 / bandwidth, in us per byte)
- *   host-bound starts:  start = (K_v + 1) * h + t0
- * where s_i is the size of micro-batch i, h the launch overhead and K_v the number of launches
- * the host issues before v (the simulator's issue rule, sim.h, counted with h = 1). A start is
- * host-bound when it lies after the end of every dependency and of the previous node on its
- * stream. The normal equations are column-scaled and solved by Cholesky with a rank guard: a
- * parameter whose pivot falls below 1e-10 of its column norm is not identifiable from this
- * trace (no copies, all copies the same size, no host-bound start) and keeps the spec's value.
- * The fit is iterated with weights 1/|residual| (IRLS towards least absolute deviations), so the
- * spikes of a shared CPU do not drag it; exact data gets the least-squares solution.
- * Per-layer costs split each partition's fit in proportion to the layers' roofline times.
+ * The calibration of the cost model to a measured trace is sim/calibrate.h.
  */
 #ifndef PS_COMPARE_H
 #define PS_COMPARE_H
@@ -43,7 +30,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sim/cost.h"
 #include "src/diag.h"
 #include "src/engine.h"
 #include "src/graph.h"
@@ -122,33 +108,8 @@ int ps_tolerance_parse(const char *s, struct ps_tolerance *t, struct ps_diag *di
 int ps_compare_check(const struct ps_compare *c, const struct ps_tolerance *t, char *why,
                      size_t len);
 
-/* ---- calibration ---------------------------------------------------------------------- */
-
-enum ps_calib_param { PS_CAL_BANDWIDTH, PS_CAL_LATENCY, PS_CAL_LAUNCH, PS_CAL_OFFSET, PS_CAL__COUNT };
-
-struct ps_calib {
-    struct ps_costs *costs;   /* the fit as a costs file (cost.h), owned */
-    int n_parts;
-    double *part_fwd_us, *part_bwd_us; /* per sample, per partition; NaN = not fitted */
-    bool fitted[PS_CAL__COUNT];        /* copy bandwidth, latency, launch overhead, clock offset */
-    double value[PS_CAL__COUNT];       /* bytes/s, us, us, us */
-    uint32_t n_obs, n_params, rank;
-    uint32_t n_host_bound;             /* start observations used for the launch overhead */
-    uint32_t n_trimmed;                /* outliers: residual > half the observation */
-    double rms_us;                     /* residual of the fit */
-};
-
-/* Fits the costs to meas (records on g, run in `order`). per_sample selects the costs file's
- * unit ("sample", else "micro_batch" with the size of micro-batch 0). Returns 0, -EINVAL when
- * the trace has no F/B task of the graph (diag), -ENOMEM. */
-int ps_calibrate(const struct ps_graph *g, const struct ps_order *order,
-                 const struct ps_trace *meas, bool per_sample, struct ps_calib *out,
-                 struct ps_diag *diag);
-void ps_calib_finish(struct ps_calib *c); /* accepts a zeroed struct */
-
-/* Solves the n x n symmetric positive semi-definite system A x = b in place by Cholesky after
- * scaling to unit diagonal; pivots below tol (relative) mark a column dependent on earlier ones:
- * its x is 0 and used[k] false. Returns the rank. A is row-major, overwritten. */
-int ps_cholesky_solve(double *A, double *b, int n, double tol, double *x, bool *used);
+/* The first record of each node of g in t (UINT32_MAX when none; finite start and duration
+ * only), malloc'ed; NULL when out of memory. */
+uint32_t *ps_compare_record_index(const struct ps_graph *g, const struct ps_trace *t);
 
 #endif

@@ -60,7 +60,6 @@
 #include "src/spec.h"
 #include "src/variant.h"
 
-struct cJSON;
 
 struct ps_drift_setting {
     int chunks;
@@ -141,13 +140,6 @@ struct ps_drift {
 int ps_drift_check_chunks(const struct ps_spec *spec, const struct ps_model *model, int chunks,
                           char *why, size_t len);
 
-/* Runs every setting and the reference, each a variant of the (unchanged) spec. Settings that
- * ps_drift_check_chunks refuses are listed in out->skipped instead; when every setting is
- * refused, or the reference cannot run, it fails. Returns 0 or a negative errno with diag (a
- * setting that fails names its chunks/policy/checkpoint). */
-int ps_drift_run(const struct ps_spec *spec, const struct ps_model *model,
-                 const struct ps_drift_opts *o,
-                 struct ps_drift *out, struct ps_diag *d);
 void ps_drift_finish(struct ps_drift *dr); /* accepts a zeroed struct */
 
 /* BN adaptation: running-statistics updates ONE forward-only train-mode pass of variant v makes
@@ -172,13 +164,5 @@ bool ps_bn_adaptation(const struct ps_variant *v, char *buf, size_t len);
 /* Averages over the BN layers of a run (NaN when it has none): "var_err", "mean_err",
  * "var_spread", "mean_spread", "var_gap". */
 double ps_drift_metric(const struct ps_drift_run *r, const char *metric);
-
-/* The "drift" section of the report JSON (FORMATS.md "batchnorm"/"drift"). NULL when out of
- * memory. */
-struct cJSON *ps_drift_json(const struct ps_drift *dr);
-/* Line plots: metric against chunks, one line per policy (and checkpoint mode when several);
- * "loss" plots the loss curves of train mode against the step. Returns 0 or -errno. */
-int ps_drift_plot(const struct ps_drift *dr, const char *metric, const char *path,
-                  struct ps_diag *d);
 
 #endif

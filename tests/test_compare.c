@@ -26,6 +26,7 @@
 #include "src/spec.h"
 #include "src/trace_read.h"
 #include "src/schedule.h"
+#include "sim/calibrate.h"
 
 #define assert_rel(a, b, eps)                                                                 \
     do {                                                                                       \

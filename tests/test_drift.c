@@ -30,6 +30,7 @@
 #include "src/model.h"
 #include "src/spec.h"
 #include "src/schedule.h"
+#include "src/study/study.h"
 
 static struct ps_spec *load_example(const char *name)
 {

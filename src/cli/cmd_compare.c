@@ -27,7 +27,9 @@
 #include "src/cli/cmp_report.h"
 #include "src/cli/cli.h"
 #include "src/study/study.h"
+#include "viz/report.h"
 #include "viz/viz.h"
+#include "sim/calibrate.h"
 
 struct progress {
     const struct ps_cli *cli;

@@ -38,7 +38,9 @@
 #include "viz/html.h"
 #include "src/cli/cli.h"
 #include "src/study/study.h"
+#include "viz/report.h"
 #include "viz/viz.h"
+#include "sim/calibrate.h"
 
 static double now_s(void)
 {
@@ -717,42 +719,17 @@ int ps_cmd_diagnose(struct ps_cli *cli)
     ps_report_add_spec(root, spec);
     ps_report_add_graph(root, g);
     ps_report_add_analysis(root, g, &an, &ctx.order);
-    {
-        cJSON *s = cJSON_CreateObject();
-        ps_json_add_number(s, "makespan_us", sim->makespan_us);
-        ps_json_add_number(s, "bubble_fraction", sim->bubble_fraction);
-        ps_json_add_number(s, "forward_us", sim->forward_us);
-        ps_json_add_number(s, "backward_us", sim->backward_us);
-        ps_json_add_number(s, "recompute_us", sim->recompute_us);
-        ps_json_add_number(s, "recompute_overhead", sim->recompute_overhead);
-        ps_json_add_number(s, "copy_us", sim->copy_us);
-        cJSON *ds = cJSON_AddArrayToObject(s, "devices");
-        for (int k = 0; k < sim->n_devices; k++) {
-            cJSON *x = cJSON_CreateObject();
-            ps_json_add_int(x, "device", k);
-            ps_json_add_number(x, "busy_us", sim->dev[k].busy_us);
-            ps_json_add_number(x, "bubble_fraction", sim->dev[k].bubble_fraction);
-            ps_json_add_int(x, "peak_bytes", sim->dev[k].peak_bytes);
-            cJSON_AddItemToArray(ds, x);
-        }
-        ps_json_set(root, "simulation", s);
-    }
+    ps_json_set(root, "simulation", ps_report_simulation(sr.g, sim, spec->batch));
     if (runs[0].ok || runs[1].ok) {
         cJSON *ex = cJSON_CreateObject();
         for (int b = 0; b < 2; b++) {
             const struct diag_run *r = &runs[b];
-            cJSON *x = cJSON_AddObjectToObject(ex, r->name);
-            if (!r->ok) {
-                ps_json_add_string(x, "unavailable", r->why);
+            if (r->ok) {
+                ps_json_set(ex, r->name, ps_report_execution(g, r->name, false, false, &r->res, NULL));
                 continue;
             }
-            ps_json_add_string(x, "backend", r->name);
-            ps_json_add_int(x, "steps", r->res.steps);
-            ps_json_add_number(x, "makespan_us", ps_trace_makespan(&r->res.trace));
-            ps_json_add_number(x, "total_us", r->res.total_us);
-            ps_json_add_int(x, "dropped_records", (int64_t)r->res.trace.dropped);
-            cJSON *ls = cJSON_AddArrayToObject(x, "loss");
-            for (int k = 0; k < r->res.steps; k++) ps_json_add_number(ls, NULL, r->res.loss[k]);
+            cJSON *x = cJSON_AddObjectToObject(ex, r->name);
+            ps_json_add_string(x, "unavailable", r->why);
         }
         ps_json_set(root, "execution", ex);
     }

@@ -28,7 +28,9 @@
 
 #include "src/cli/cli.h"
 #include "src/drift.h"
+#include "viz/report.h"
 #include "viz/viz.h"
+#include "src/study/study.h"
 
 static int parse_count(const char *v, int *out)
 {

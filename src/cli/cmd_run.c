@@ -28,6 +28,7 @@
 #include "src/cli/cli.h"
 #include "src/drift.h"
 #include "kernels/exec.h"
+#include "viz/report.h"
 #include "viz/viz.h"
 
 static int parse_steps(const char *v, int *out)
@@ -75,13 +76,6 @@ static void print_bn(const struct ps_spec *s, const struct ps_exec_result *r, co
     }
 }
 
-static cJSON *float_array(const float *v, int64_t n)
-{
-    cJSON *a = cJSON_CreateArray();
-    for (int64_t k = 0; a && k < n; k++) ps_json_add_number(a, NULL, (double)v[k]);
-    return a;
-}
-
 /* The simulator's peak per device along the executed order (NULL when not measured). */
 static struct ps_mem *simulated_peaks(const struct ps_ctx *ctx, const struct ps_exec_result *r)
 {
@@ -92,98 +86,12 @@ static struct ps_mem *simulated_peaks(const struct ps_ctx *ctx, const struct ps_
     return m;
 }
 
-static int add_memory(cJSON *ex, const struct ps_exec_result *r, const struct ps_mem *sim)
-{
-    const struct ps_exec_memory *m = &r->mem;
-    cJSON *arr = cJSON_AddArrayToObject(ex, "memory");
-    if (!arr) return -ENOMEM;
-    for (int dv = 0; dv < m->n_devices; dv++) {
-        cJSON *o = cJSON_CreateObject();
-        if (!o) return -ENOMEM;
-        cJSON_AddItemToArray(arr, o);
-        ps_json_add_int(o, "device", dv);
-        ps_json_add_int(o, "peak_bytes", m->peak_bytes[dv]);
-        ps_json_add_int(o, "peak_step", m->peak_step[dv]);
-        ps_json_add_number(o, "peak_t_us", m->peak_t_us[dv]);
-        if (sim) {
-            ps_json_add_int(o, "simulated_peak_bytes", sim[dv].peak_bytes);
-            if (sim[dv].peak_bytes > 0)
-                ps_json_add_number(o, "measured_over_simulated",
-                                   (double)m->peak_bytes[dv] / (double)sim[dv].peak_bytes);
-        }
-        cJSON *pts = cJSON_AddArrayToObject(o, "last_step");
-        if (!pts) return -ENOMEM;
-        for (uint32_t k = 0; k < m->n_points; k++) {
-            if (m->points[k].device != dv) continue;
-            cJSON *pt = cJSON_CreateArray();
-            if (!pt) return -ENOMEM;
-            cJSON_AddItemToArray(pts, pt);
-            ps_json_add_number(pt, NULL, m->points[k].t_us);
-            ps_json_add_int(pt, NULL, m->points[k].bytes);
-        }
-    }
-    return 0;
-}
-
 static int add_report(cJSON *root, const struct ps_ctx *ctx, const char *backend, bool fwd,
                       bool serial, const struct ps_exec_result *r, const struct ps_mem *sim)
 {
-    const struct ps_spec *s = ctx->spec;
-    cJSON *ex = cJSON_CreateObject();
-    if (!ex) return -ENOMEM;
-    ps_json_add_string(ex, "backend", backend);
-    ps_json_add_int(ex, "steps", r->steps);
-    if (fwd) ps_json_add_bool(ex, "forward_only", true);
-    ps_json_add_int(ex, "micro_batches", s->mb_count);
-    ps_json_add_number(ex, "makespan_us", ps_trace_makespan(&r->trace));
-    ps_json_add_int(ex, "dropped_records", (int64_t)r->trace.dropped);
-    ps_json_add_number(ex, "total_us", r->total_us);
-    cJSON *loss = cJSON_AddArrayToObject(ex, "loss");
-    cJSON *us = cJSON_AddArrayToObject(ex, "step_us");
-    for (int k = 0; k < r->steps; k++) {
-        ps_json_add_number(loss, NULL, r->loss[k]);
-        ps_json_add_number(us, NULL, r->step_us[k]);
-    }
-    if (r->mem.n_devices) {
-        ps_json_add_bool(ex, "device_threads", !serial && r->mem.n_devices > 1);
-        if (add_memory(ex, r, sim)) {
-            cJSON_Delete(ex);
-            return -ENOMEM;
-        }
-    }
-    if (ps_json_set(root, "execution", ex)) return -ENOMEM;
-
-    cJSON *bn = cJSON_CreateObject();
-    if (!bn) return -ENOMEM;
-    ps_json_add_string(bn, "policy", ps_bn_policy_name(s->batchnorm));
-    cJSON *layers = cJSON_AddArrayToObject(bn, "layers");
-    for (int l = 0; l < s->n_layers && layers; l++) {
-        if (s->layers[l].op != PS_OP_BATCHNORM) continue;
-        const struct ps_layer_state *ls = &r->state.layers[l];
-        cJSON *lo = cJSON_CreateObject();
-        if (!lo) break;
-        cJSON_AddItemToArray(layers, lo);
-        ps_json_add_int(lo, "layer", l);
-        cJSON *ups = cJSON_AddArrayToObject(lo, "updates");
-        for (uint32_t k = 0; k < r->n_bn && ups; k++) {
-            const struct ps_exec_bn_update *u = &r->bn[k];
-            if (u->layer != l) continue;
-            cJSON *uo = cJSON_CreateObject();
-            if (!uo) break;
-            cJSON_AddItemToArray(ups, uo);
-            ps_json_add_int(uo, "step", u->step);
-            ps_json_add_int(uo, "mb", u->mb);
-            ps_json_add_string(uo, "phase", ps_exec_bn_phase_name((enum ps_exec_bn_phase)u->phase));
-            ps_json_add_int(uo, "count", u->count);
-            ps_json_add_number(uo, "factor", u->factor);
-            cJSON_AddItemToObject(uo, "mean", float_array(u->mean, ls->channels));
-            cJSON_AddItemToObject(uo, "var", float_array(u->var, ls->channels));
-        }
-        cJSON_AddItemToObject(lo, "running_mean", float_array(ls->running_mean, ls->channels));
-        cJSON_AddItemToObject(lo, "running_var", float_array(ls->running_var, ls->channels));
-        ps_json_add_int(lo, "num_batches_tracked", ls->num_batches_tracked);
-    }
-    return ps_json_set(root, "batchnorm", bn);
+    if (ps_json_set(root, "execution", ps_report_execution(ctx->graph, backend, fwd, serial, r, sim)))
+        return -ENOMEM;
+    return ps_json_set(root, "batchnorm", ps_report_bn_updates(ctx->spec, r));
 }
 
 int ps_cmd_run(struct ps_cli *cli)

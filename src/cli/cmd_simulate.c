@@ -16,6 +16,7 @@
 #include "sim/bnorder.h"
 #include "src/cli/cli.h"
 #include "src/study/study.h"
+#include "viz/report.h"
 #include "viz/viz.h"
 
 static void print_run(const struct ps_spec *s, const struct ps_study_sim *r, const char *title)
@@ -45,78 +46,6 @@ static void print_run(const struct ps_spec *s, const struct ps_study_sim *r, con
                ps_node_name(g, sim->cp[0], b2, sizeof(b2)),
                ps_node_name(g, sim->cp[sim->cp_n - 1], b3, sizeof(b3)));
     }
-}
-
-static cJSON *sim_json(const struct ps_spec *s, const struct ps_study_sim *r)
-{
-    const struct ps_sim *sim = &r->sim;
-    const struct ps_graph *g = r->g;
-    char buf[64];
-    cJSON *o = cJSON_CreateObject();
-    ps_json_add_number(o, "makespan_us", sim->makespan_us);
-    ps_json_add_number(o, "throughput_samples_per_s",
-                       sim->makespan_us > 0 ? (double)s->batch / (sim->makespan_us * 1e-6) : 0);
-    ps_json_add_number(o, "bubble_fraction", sim->bubble_fraction);
-    ps_json_add_number(o, "forward_us", sim->forward_us);
-    ps_json_add_number(o, "backward_us", sim->backward_us);
-    ps_json_add_number(o, "recompute_us", sim->recompute_us);
-    ps_json_add_number(o, "recompute_share_of_backward", sim->recompute_share);
-    ps_json_add_number(o, "recompute_overhead", sim->recompute_overhead);
-    ps_json_add_number(o, "optimizer_us", sim->optimizer_us);
-    ps_json_add_number(o, "copy_us", sim->copy_us);
-    cJSON *devs = cJSON_AddArrayToObject(o, "devices");
-    for (int d = 0; d < sim->n_devices; d++) {
-        const struct ps_sim_device *dv = &sim->dev[d];
-        cJSON *x = cJSON_CreateObject();
-        ps_json_add_int(x, "device", d);
-        ps_json_add_string(x, "name", ps_viz_device_name(g, d, buf, sizeof(buf)));
-        ps_json_add_number(x, "busy_us", dv->busy_us);
-        ps_json_add_number(x, "bubble_fraction", dv->bubble_fraction);
-        ps_json_add_number(x, "recompute_us", dv->recompute_us);
-        ps_json_add_int(x, "peak_bytes", dv->peak_bytes);
-        ps_json_add_number(x, "peak_t_us", dv->peak_t_us);
-        ps_json_add_int(x, "max_in_flight", dv->max_in_flight);
-        cJSON *mem = cJSON_AddArrayToObject(x, "memory");
-        for (uint32_t k = 0; k < dv->n_mem; k++) {
-            cJSON *p = cJSON_CreateArray();
-            ps_json_add_number(p, NULL, dv->mem[k].t_us);
-            ps_json_add_int(p, NULL, dv->mem[k].bytes);
-            cJSON_AddItemToArray(mem, p);
-        }
-        cJSON_AddItemToArray(devs, x);
-    }
-    cJSON *cp = cJSON_CreateObject();
-    ps_json_add_number(cp, "length_us", sim->cp_us);
-    cJSON *nodes = cJSON_AddArrayToObject(cp, "tasks");
-    for (uint32_t k = 0; k < sim->cp_n; k++)
-        if (ps_node_is_task(&g->nodes[sim->cp[k]]))
-            ps_json_add_string(nodes, NULL, ps_node_name(g, sim->cp[k], buf, sizeof(buf)));
-    cJSON_AddItemToObject(o, "critical_path", cp);
-    return o;
-}
-
-static cJSON *bn_json(const struct ps_bn_order *b)
-{
-    cJSON *o = cJSON_CreateObject();
-    ps_json_add_string(o, "policy", ps_bn_policy_name(b->policy));
-    cJSON *ls = cJSON_AddArrayToObject(o, "layers");
-    for (int k = 0; k < b->n_layers; k++) {
-        cJSON *l = cJSON_CreateObject();
-        ps_json_add_int(l, "layer", b->layers[k].layer);
-        ps_json_add_int(l, "partition", b->layers[k].part);
-        cJSON *us = cJSON_AddArrayToObject(l, "updates");
-        for (uint32_t q = 0; q < b->layers[k].n; q++) {
-            const struct ps_bn_update *u = &b->layers[k].u[q];
-            cJSON *x = cJSON_CreateObject();
-            ps_json_add_int(x, "mb", u->mb);
-            ps_json_add_string(x, "phase", ps_bn_phase_name(u->phase));
-            if (u->pooled) ps_json_add_bool(x, "pooled", true);
-            ps_json_add_number(x, "t_us", u->t_us);
-            cJSON_AddItemToArray(us, x);
-        }
-        cJSON_AddItemToArray(ls, l);
-    }
-    return o;
 }
 
 struct name_id {
@@ -269,10 +198,10 @@ int ps_cmd_simulate(struct ps_cli *cli)
         cJSON *root = ps_report_new();
         ps_report_add_spec(root, spec);
         ps_report_add_graph(root, a.g);
-        cJSON *sj = sim_json(spec, &a);
-        if (whatif) cJSON_AddItemToObject(sj, "no_phony", sim_json(spec, &b));
+        cJSON *sj = ps_report_simulation(a.g, &a.sim, spec->batch);
+        if (whatif) cJSON_AddItemToObject(sj, "no_phony", ps_report_simulation(b.g, &b.sim, spec->batch));
         ps_json_set(root, "simulation", sj);
-        ps_json_set(root, "batchnorm", bn_json(&bn));
+        ps_json_set(root, "batchnorm", ps_report_bn_order(&bn));
         if (ps_report_write(root, cli->json, &d)) code = ps_cli_fail(&d, PS_EXIT_INPUT);
         cJSON_Delete(root);
     }

@@ -5,6 +5,7 @@
  *
  *   simulate.c   one simulation of a variant (or of a hand-written plan) with its costs
  *   whatif.c     the no-phony what-if: the same variant without depend() edges
+ *   drift.c      the BatchNorm drift sweep over chunks x policy x checkpoint (src/drift.h)
  *   diagnose.c   diagnose's phases (check, simulate, execute + compare + calibrate, drift, BN
  *                adaptation), each one function
  *   report.c     diagnose's findings, page and report folder contents
@@ -20,6 +21,7 @@
 #include "sim/cost.h"
 #include "sim/sim.h"
 #include "src/analysis.h"
+#include "src/drift.h"
 #include "src/schedule.h"
 
 /* ---- simulate.c ---------------------------------------------------------------------------- */
@@ -70,4 +72,12 @@ void ps_study_whatif(const struct ps_spec *spec, const struct ps_model *model,
                      const struct ps_analysis *base, struct ps_whatif *w);
 void ps_study_whatif_finish(struct ps_whatif *w); /* accepts a zeroed struct */
 
+/* ---- drift.c -------------------------------------------------------------------------------- */
+
+/* Runs every setting and the reference, each a variant of the (unchanged) spec. Settings that
+ * ps_drift_check_chunks refuses are listed in out->skipped instead; when every setting is
+ * refused, or the reference cannot run, it fails. Returns 0 or a negative errno with diag (a
+ * setting that fails names its chunks/policy/checkpoint). */
+int ps_drift_run(const struct ps_spec *spec, const struct ps_model *model,
+                 const struct ps_drift_opts *o, struct ps_drift *out, struct ps_diag *d);
 #endif

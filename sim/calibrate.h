@@ -1,0 +1,56 @@
+/* calibrate: the cost model (cost.h) fitted to a measured run, beside the model it fits.
+ *
+ * ps_calibrate fits, by linear least squares on the measured trace,
+ *   F(i,j), R(i,j):  dur = s_i * Fp_j           (Fp_j: forward of partition j per sample)
+ *   B(i,j) (+Wg):    dur = s_i * Bp_j
+ *   C(...):          dur = bytes * u + lat      (u = 1e6 / bandwidth, in us per byte)
+ *   host-bound starts:  start = (K_v + 1) * h + t0
+ * where s_i is the size of micro-batch i, h the launch overhead and K_v the number of launches
+ * the host issues before v (the simulator's issue rule, sim.h, counted with h = 1). A start is
+ * host-bound when it lies after the end of every dependency and of the previous node on its
+ * stream. The normal equations are column-scaled and solved by Cholesky with a rank guard: a
+ * parameter whose pivot falls below 1e-10 of its column norm is not identifiable from this
+ * trace (no copies, all copies the same size, no host-bound start) and keeps the spec's value.
+ * The fit is iterated with weights 1/|residual| (IRLS towards least absolute deviations), so the
+ * spikes of a shared CPU do not drag it; exact data gets the least-squares solution.
+ * Per-layer costs split each partition's fit in proportion to the layers' roofline times.
+ */
+#ifndef PS_CALIBRATE_H
+#define PS_CALIBRATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sim/cost.h"
+#include "src/diag.h"
+#include "src/graph.h"
+#include "src/trace.h"
+
+enum ps_calib_param { PS_CAL_BANDWIDTH, PS_CAL_LATENCY, PS_CAL_LAUNCH, PS_CAL_OFFSET, PS_CAL__COUNT };
+
+struct ps_calib {
+    struct ps_costs *costs;   /* the fit as a costs file (cost.h), owned */
+    int n_parts;
+    double *part_fwd_us, *part_bwd_us; /* per sample, per partition; NaN = not fitted */
+    bool fitted[PS_CAL__COUNT];        /* copy bandwidth, latency, launch overhead, clock offset */
+    double value[PS_CAL__COUNT];       /* bytes/s, us, us, us */
+    uint32_t n_obs, n_params, rank;
+    uint32_t n_host_bound;             /* start observations used for the launch overhead */
+    uint32_t n_trimmed;                /* outliers: residual > half the observation */
+    double rms_us;                     /* residual of the fit */
+};
+
+/* Fits the costs to meas (records on g, run in `order`). per_sample selects the costs file's
+ * unit ("sample", else "micro_batch" with the size of micro-batch 0). Returns 0, -EINVAL when
+ * the trace has no F/B task of the graph (diag), -ENOMEM. */
+int ps_calibrate(const struct ps_graph *g, const struct ps_order *order,
+                 const struct ps_trace *meas, bool per_sample, struct ps_calib *out,
+                 struct ps_diag *diag);
+void ps_calib_finish(struct ps_calib *c); /* accepts a zeroed struct */
+
+/* Solves the n x n symmetric positive semi-definite system A x = b in place by Cholesky after
+ * scaling to unit diagonal; pivots below tol (relative) mark a column dependent on earlier ones:
+ * its x is 0 and used[k] false. Returns the rank. A is row-major, overwritten. */
+int ps_cholesky_solve(double *A, double *b, int n, double tol, double *x, bool *used);
+
+#endif
