@@ -5,7 +5,8 @@
  * elementwise pass", over x laid out [N, C, S]:
  *
  *     reduce     grid (channel tiles, splits): each block sums its slice of rows of one channel
- *                (or, for small S, of 32 channels) in double, ONE pass giving two sums:
+ *                (or, for small S, of 32 channels: a warp per channel walking its elements in
+ *                memory order; for S < 4 a lane per channel) in double, ONE pass giving two sums:
  *                  stats     sum x,  sum x^2
  *                  backward  sum dy, sum dy (x - mean)
  *                  sum       sum x (bias gradients)
@@ -130,9 +131,10 @@ __global__ void __launch_bounds__(256) reduce_planes(const float *__restrict__ x
     }
 }
 
-/* 32 channels per block (threadIdx.x), threadIdx.y over the elements of rows [n0, n1). */
+/* S < 4 (BatchNorm1d's S = 1 above all): 32 channels per block (threadIdx.x, so a warp reads 32
+   neighbouring channels: contiguous when S = 1), threadIdx.y over the elements of rows [n0, n1). */
 template <int OP>
-__global__ void __launch_bounds__(256) reduce_rows(const float *__restrict__ x,
+__global__ void __launch_bounds__(256) reduce_chan(const float *__restrict__ x,
                                                    const float *__restrict__ dy,
                                                    const float *__restrict__ mean, size_t C,
                                                    size_t n, size_t S, double *partial)
@@ -163,12 +165,56 @@ __global__ void __launch_bounds__(256) reduce_rows(const float *__restrict__ x,
     }
 }
 
+/* Small planes, 4 <= S < kSmallS: a block takes 32 channels and rows [n0, n1); warp w takes
+   channels w, w+8, w+16, w+24 of them, and its lanes walk one channel's elements in memory
+   order (row after row, S contiguous floats each), so a warp loads runs of S floats instead of
+   32 floats S apart (one 32-byte sector per lane). (i, k) advance by 32 elements without a
+   division. The lanes' sums meet by shuffles in a fixed order (deterministic). */
+template <int OP>
+__global__ void __launch_bounds__(256) reduce_rows(const float *__restrict__ x,
+                                                   const float *__restrict__ dy,
+                                                   const float *__restrict__ mean, size_t C,
+                                                   size_t n, size_t S, double *partial)
+{
+    unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    size_t splits = gridDim.y, per = (n + splits - 1) / splits;
+    size_t n0 = blockIdx.y * per, n1 = n0 + per < n ? n0 + per : n;
+    size_t elems = (n1 > n0 ? n1 - n0 : 0) * S, q = 32 / S, r = 32 % S;
+    for (unsigned cc = warp; cc < 32; cc += blockDim.x / 32) {
+        size_t c = (size_t)blockIdx.x * 32 + cc;
+        if (c >= C) break; /* the same for every lane of the warp */
+        double mu = OP == R_BWD ? (double)mean[c] : 0.0, a = 0.0, b = 0.0;
+        size_t i = n0 + lane / S, k = lane % S;
+        for (size_t e = lane; e < elems; e += 32) {
+            size_t at = (i * C + c) * S + k;
+            acc2(OP, x[at], OP == R_BWD ? dy[at] : 0.0f, mu, a, b);
+            i += q;
+            k += r;
+            if (k >= S) {
+                k -= S;
+                i++;
+            }
+        }
+        for (int off = 16; off > 0; off >>= 1) {
+            a += __shfl_down_sync(0xffffffffu, a, off);
+            b += __shfl_down_sync(0xffffffffu, b, off);
+        }
+        if (lane == 0) {
+            partial[(blockIdx.y * C + c) * 2] = a;
+            partial[(blockIdx.y * C + c) * 2 + 1] = b;
+        }
+    }
+}
+
 template <int OP>
 void launch_reduce(const geom &g, const float *x, const float *dy, const float *mean, size_t C,
                    size_t n, size_t S, double *partial, cudaStream_t s)
 {
     dim3 grid(g.tiles, g.splits);
-    if (g.rows) reduce_rows<OP><<<grid, dim3(32, 8), 0, s>>>(x, dy, mean, C, n, S, partial);
+    if (g.rows && S < 4)
+        reduce_chan<OP><<<grid, dim3(32, 8), 0, s>>>(x, dy, mean, C, n, S, partial);
+    else if (g.rows)
+        reduce_rows<OP><<<grid, 256, 0, s>>>(x, dy, mean, C, n, S, partial);
     else reduce_planes<OP><<<grid, 256, 0, s>>>(x, dy, mean, C, n, S, partial);
 }
 

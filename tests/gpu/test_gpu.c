@@ -390,9 +390,12 @@ static void bn_step(struct bn_pair *p, int mode, size_t n, size_t Sp, float shif
 static void test_batchnorm_modes(void **st)
 {
     (void)st;
-    /* shapes: BN1d [N,C] (small-S kernel), BN2d small planes, BN2d planes >= 128 (plane kernel),
-       odd sizes (scalar paths) */
-    const size_t shapes[][3] = {{33, 20, 1}, {6, 5, 49}, {4, 3, 160}, {3, 7, 131}, {2, 40, 256}};
+    /* shapes: BN1d [N,C] and S = 2 (small-S kernel, a lane per channel), small planes 2x2, 7x7,
+       10x10 (a warp per channel; 37 and 70 channels leave a tile partly empty), planes >= 128
+       (plane kernel: 14x14 = 196), odd sizes (scalar paths) */
+    const size_t shapes[][3] = {{33, 20, 1},  {5, 9, 2},    {6, 5, 49},   {7, 37, 49},
+                                {9, 40, 4},   {5, 70, 100}, {4, 37, 196}, {4, 3, 160},
+                                {3, 7, 131},  {2, 40, 256}};
     for (size_t k = 0; k < sizeof(shapes) / sizeof(shapes[0]); k++) {
         size_t n = shapes[k][0], C = shapes[k][1], Sp = shapes[k][2];
         for (int cum = 0; cum < 2; cum++)
@@ -465,13 +468,14 @@ struct run {
     struct ps_order order;
 };
 
+/* the test net on [3, hw, hw] inputs: its first BatchNorm sees hw x hw planes */
 static void load(struct run *r, const char *ckpt, const char *policy, const char *loss,
-                 int parts)
+                 int parts, int hw)
 {
     char js[2048];
     snprintf(js, sizeof(js),
              "{\"pipescope\": 1, \"name\": \"gpu\", \"batch\": 24,"
-             " \"model\": {\"input\": [3, 8, 8], \"layers\": ["
+             " \"model\": {\"input\": [3, %d, %d], \"layers\": ["
              "  {\"op\": \"conv2d\", \"out\": 6, \"kernel\": 3, \"padding\": 1},"
              "  {\"op\": \"batchnorm\"}, {\"op\": \"relu\"}, {\"op\": \"maxpool2d\", \"kernel\": 2},"
              "  {\"op\": \"flatten\"}, {\"op\": \"linear\", \"out\": 12},"
@@ -481,7 +485,7 @@ static void load(struct run *r, const char *ckpt, const char *policy, const char
              "  \"batchnorm\": \"%s\"},"
              " \"data\": {\"source\": \"synthetic\", \"seed\": 3},"
              " \"train\": {\"steps\": 3, \"lr\": 0.05}}",
-             loss, parts == 3 ? "[3, 3, 3]" : "[5, 4]", ckpt, policy);
+             hw, hw, loss, parts == 3 ? "[3, 3, 3]" : "[5, 4]", ckpt, policy);
     struct ps_diag d;
     ps_diag_clear(&d);
     memset(r, 0, sizeof(*r));
@@ -577,10 +581,10 @@ static void check_trace(const struct run *r, const struct ps_trace *t)
     free(rec);
 }
 
-static void exec_case(const char *ckpt, const char *policy, const char *loss, int parts)
+static void exec_case(const char *ckpt, const char *policy, const char *loss, int parts, int hw)
 {
     struct run r;
-    load(&r, ckpt, policy, loss, parts);
+    load(&r, ckpt, policy, loss, parts, hw);
     struct ps_exec_opts o;
     ps_exec_opts_init(&o);
     o.trace = true;
@@ -642,16 +646,19 @@ static void test_exec_policies(void **st)
     const char *ck[] = {"never", "except_last", "always"};
     const char *pol[] = {"plain", "deferred", "grad-only"};
     for (int a = 0; a < 3; a++)
-        for (int b = 0; b < 3; b++) exec_case(ck[a], pol[b], "cross_entropy", 2);
-    exec_case("except_last", "plain", "mse", 3);
-    exec_case("always", "deferred", "sum", 3);
+        for (int b = 0; b < 3; b++) exec_case(ck[a], pol[b], "cross_entropy", 2, 8);
+    exec_case("except_last", "plain", "mse", 3, 8);
+    exec_case("always", "deferred", "sum", 3, 8);
+    /* BatchNorm on 7x7 (small-plane kernel) and 14x14 (plane kernel) planes */
+    exec_case("always", "plain", "cross_entropy", 2, 7);
+    exec_case("except_last", "deferred", "cross_entropy", 3, 14);
 }
 
 static void test_exec_no_gpus_without_virtual(void **st)
 {
     (void)st;
     struct run r;
-    load(&r, "never", "plain", "sum", 3);
+    load(&r, "never", "plain", "sum", 3, 8);
     if (n_gpus >= r.spec->n_devices) {
         unload(&r);
         skip();
