@@ -105,6 +105,11 @@ struct ps_exec_opts {
     bool device_threads;   /* one worker thread per device (torchgpipe's), synchronised by
                               DATA edges only; false = the serial mode. Same results, bit for
                               bit; only the timeline differs */
+    /* Progress (cpu backend): called after every task with the work done so far and the work
+     * of the whole run (all steps), each task weighed max(FLOPs, 5 x bytes) + 1; returning false
+     * stops the run with -ECANCELED. NULL = none. diagnose uses it for its time budget. */
+    bool (*progress)(void *ctx, double done, double total);
+    void *progress_ctx;
 };
 
 /* Measured activation memory (cpu; exec_cpu.c M1-M4): bytes of activations and saved tensors

@@ -1081,6 +1081,14 @@ int ps_exec_run(const struct ps_graph *g, const struct ps_order *order,
             sync_init = true;
         }
     }
+    /* progress: the work of the tasks that run, per step, as a CPU roofline would weigh it:
+       max(FLOPs, 5 x bytes moved) (+1 each, so no task weighs nothing) */
+    double work_step = 0, work_done = 0;
+#define WORK(nd) (fmax((nd)->flops, 5.0 * (nd)->bytes) + 1)
+    if (o->progress)
+        for (uint32_t k = 0; k < order->n; k++)
+            if (!o->forward_only || ex.g->nodes[order->node[k]].phase == PS_PHASE_FWD)
+                work_step += WORK(&ex.g->nodes[order->node[k]]);
     struct timespec run0;
     clock_gettime(CLOCK_MONOTONIC, &run0);
     for (int s = 0; s < steps && !rc; s++) {
@@ -1098,12 +1106,26 @@ int ps_exec_run(const struct ps_graph *g, const struct ps_order *order,
         sh.record = s == steps - 1;
         if (sh.threaded) {
             rc = run_step_threaded(&ex, w, order, o->forward_only, record);
+            /* threaded: progress once per step */
+            if (!rc && o->progress) {
+                work_done += work_step;
+                if (!o->progress(o->progress_ctx, work_done, work_step * steps))
+                    rc = ps_diag_set(d, -ECANCELED, "exec", "stopped by its caller");
+            }
         } else {
-            for (uint32_t k = 0; k < order->n && !rc; k++)
-                if (!o->forward_only || ex.g->nodes[order->node[k]].phase == PS_PHASE_FWD)
-                    rc = run_node(&ex, order->node[k], record);
+            for (uint32_t k = 0; k < order->n && !rc; k++) {
+                if (o->forward_only && ex.g->nodes[order->node[k]].phase != PS_PHASE_FWD)
+                    continue;
+                rc = run_node(&ex, order->node[k], record);
+                if (!rc && o->progress) {
+                    work_done += WORK(&ex.g->nodes[order->node[k]]);
+                    if (!o->progress(o->progress_ctx, work_done, work_step * steps))
+                        rc = ps_diag_set(d, -ECANCELED, "exec", "stopped by its caller");
+                }
+            }
         }
         step_cleanup(&ex);
+#undef WORK
         if (rc) break;
         double loss = 0.0;
         for (int i = 0; i < ex.m; i++) loss += ex.mb_loss[i];

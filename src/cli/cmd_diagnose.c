@@ -24,6 +24,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -31,6 +32,7 @@
 #include <unistd.h>
 
 #include "src/cli/cmp_report.h"
+#include "src/cli/progress.h"
 #include "sim/cost.h"
 #include "src/drift.h"
 #include "kernels/exec.h"
@@ -85,6 +87,59 @@ static const char *fmt(char *buf, int len, const char *f, double v)
 
 #define CELL(k) (cells[k] = bufs[k], bufs[k])
 
+/* ---- the time budget (issue #12: about 60 s of work on 2 cores by default) ---------------- *
+ * The CPU run is watched through the executor's progress hook: once it has run for a second,
+ * the FLOPs done so far give its total time; when that ends past the phase's deadline (plus a
+ * quarter of the phase's share of the budget) the run stops and is retried with one step, or
+ * skipped. The drift sweep is planned from the CPU run's measured step time: fewer steps per
+ * setting first, then fewer chunk values (the spec's own first). Every reduction is written
+ * down with the command that runs the rest; --full turns the budget off. */
+struct budget {
+    double limit_s;    /* <= 0: --full */
+    double t0;         /* start of diagnose */
+    double deadline;   /* the watched phase must end by this (absolute, s) */
+    double slack;      /* tolerance beyond the deadline, s */
+    bool stopped;      /* the hook stopped a run */
+    double eta_total;  /* the stopped run's estimated total time, s */
+    struct ps_progress pr;
+    int n_reduced;
+    char reduced[6][400];
+};
+
+static void reduced(struct budget *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void reduced(struct budget *b, const char *fmt, ...)
+{
+    if (b->n_reduced >= 6) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->reduced[b->n_reduced++], sizeof(b->reduced[0]), fmt, ap);
+    va_end(ap);
+}
+
+static bool run_progress(void *ctx, double done, double total)
+{
+    struct budget *b = ctx;
+    double frac = total > 0 ? done / total : 0;
+    ps_progress_update(&b->pr, frac, 0, 0, NULL);
+    if (b->limit_s <= 0) return true;
+    double el = ps_progress_now() - b->pr.t0;
+    if (el < 1.0 || !(frac > 0)) return true;
+    double eta_total = el / frac;
+    if (b->pr.t0 + eta_total <= b->deadline + b->slack) return true;
+    b->stopped = true;
+    b->eta_total = eta_total;
+    return false;
+}
+
+static void drift_progress(void *ctx, int k, int n, const struct ps_drift_setting *s,
+                           const char *what)
+{
+    (void)s;
+    (void)what;
+    struct budget *b = ctx;
+    ps_progress_update(&b->pr, n > 0 ? (double)(k - 1) / n : 0, k, n, "settings");
+}
+
 static const struct ps_drift_run *drift_find(const struct ps_drift *dr, int chunks,
                                              enum ps_bn_policy p, enum ps_checkpoint c)
 {
@@ -100,8 +155,18 @@ int ps_cmd_diagnose(struct ps_cli *cli)
     const char *costs_path = NULL, *v;
     int *chunks = NULL, n_chunks = 0, steps = 0;
     bool drift_on = true;
+    double budget_s = 60;
     for (int k = 0; k < cli->argc; k++) {
         if ((v = ps_cli_arg(cli, &k, "--costs"))) costs_path = v;
+        else if ((v = ps_cli_arg(cli, &k, "--budget"))) {
+            char *end;
+            double x = strtod(v, &end);
+            if (end == v || *end || !(x >= 1) || x > 1e6) {
+                free(chunks);
+                return ps_cli_usage(cli, "--budget takes seconds, 1 or more, not '%s'", v);
+            }
+            budget_s = x;
+        } else if (ps_cli_flag(cli, k, "--full")) budget_s = 0;
         else if ((v = ps_cli_arg(cli, &k, "--chunks"))) {
             free(chunks);
             chunks = NULL;
@@ -130,6 +195,8 @@ int ps_cmd_diagnose(struct ps_cli *cli)
         return ps_cli_usage(cli, "--costs needs a file");
     }
     double t_start = now_s();
+    struct budget bud = {.limit_s = budget_s, .t0 = t_start};
+    ps_progress_init(&bud.pr, cli);
     struct ps_diag d;
     ps_diag_clear(&d);
     struct ps_ctx ctx;
@@ -193,6 +260,9 @@ int ps_cmd_diagnose(struct ps_cli *cli)
     ps_cli_info(cli, "diagnose: simulated (%.2f s)", now_s() - t_start);
 
     /* ---- run: cpu, and cuda when there is one --------------------------------------------- */
+    bool has_bn = false;
+    for (int l = 0; l < spec->n_layers; l++) has_bn |= spec->layers[l].op == PS_OP_BATCHNORM;
+    const int run_steps = steps ? steps : spec->steps > 0 ? spec->steps : 1;
     for (int b = 0; b < 2; b++) {
         struct diag_run *r = &runs[b];
         struct ps_exec_opts eo;
@@ -206,7 +276,46 @@ int ps_cmd_diagnose(struct ps_cli *cli)
             ps_diag_format(&rd, r->why, sizeof(r->why));
             continue;
         }
-        if (ps_exec_run(g, &ctx.order, &eo, &r->res, &rd)) {
+        int rrc;
+        if (b == 0) {
+            /* the CPU run gets half the budget when a drift sweep follows, else most of it */
+            double share = bud.limit_s * (drift_on && has_bn ? 0.5 : 0.85);
+            bud.deadline = t_start + share;
+            bud.slack = 0.25 * share;
+            bud.stopped = false;
+            eo.progress = run_progress;
+            eo.progress_ctx = &bud;
+            ps_progress_begin(&bud.pr, "cpu run");
+            rrc = ps_exec_run(g, &ctx.order, &eo, &r->res, &rd);
+            double est_step = bud.eta_total / run_steps;
+            if (rrc && bud.stopped && run_steps > 1 &&
+                ps_progress_now() + est_step <= bud.deadline + bud.slack) {
+                bud.stopped = false;
+                eo.steps = 1;
+                ps_diag_clear(&rd);
+                rrc = ps_exec_run(g, &ctx.order, &eo, &r->res, &rd);
+                if (!rrc)
+                    reduced(&bud,
+                            "the CPU run trained 1 step instead of %d (one step takes about "
+                            "%.1f s): pipescope run %s --steps %d --trace measured.json",
+                            run_steps, est_step, spec->path, run_steps);
+            }
+            ps_progress_end(&bud.pr, rrc && bud.stopped ? "stopped (over the budget)" : "done");
+            if (rrc && bud.stopped) {
+                snprintf(r->why, sizeof(r->why),
+                         "skipped: one training step would take roughly %.0f s on this CPU "
+                         "(estimated from its first %.1f s), beyond the time budget of %.0f s",
+                         bud.eta_total / run_steps, ps_progress_now() - bud.pr.t0, bud.limit_s);
+                reduced(&bud,
+                        "the CPU run was skipped (one step would take about %.0f s): pipescope "
+                        "run %s --steps 1 --trace measured.json",
+                        bud.eta_total / run_steps, spec->path);
+                continue;
+            }
+        } else {
+            rrc = ps_exec_run(g, &ctx.order, &eo, &r->res, &rd);
+        }
+        if (rrc) {
             ps_diag_format(&rd, r->why, sizeof(r->why));
             ps_cli_warn(cli, "%s run failed: %s", r->name, r->why);
             continue;
@@ -225,8 +334,6 @@ int ps_cmd_diagnose(struct ps_cli *cli)
     }
 
     /* ---- drift ---------------------------------------------------------------------------- */
-    bool has_bn = false;
-    for (int l = 0; l < spec->n_layers; l++) has_bn |= spec->layers[l].op == PS_OP_BATCHNORM;
     if (drift_on && has_bn) {
         int defc[16], nd = 0;
         if (!chunks) {
@@ -242,18 +349,87 @@ int ps_cmd_diagnose(struct ps_cli *cli)
             if (!in) defc[nd++] = spec->chunks;
         }
         enum ps_bn_policy pol[2] = {PS_BN_PLAIN, PS_BN_DEFERRED};
-        struct ps_drift_opts dopt = {.n_chunks = chunks ? n_chunks : nd,
-                                     .chunks = chunks ? chunks : defc,
+        int *list = chunks ? chunks : defc, nl = chunks ? n_chunks : nd;
+        int dsteps = run_steps, plan[64], np = 0;
+        for (int k = 0; k < nl && np < 64; k++) plan[np++] = list[k];
+        bool drift_fits = true;
+        if (bud.limit_s > 0) {
+            /* cost of one setting: its steps at the CPU run's step time (+20% for the extra
+               micro-batch overheads); the reference run counts as one more setting, and a
+               forward-only pass and the files are left room for */
+            double step_s = NAN;
+            if (runs[0].ok && runs[0].res.steps > 0) {
+                step_s = 0;
+                for (int k = 0; k < runs[0].res.steps; k++) step_s += runs[0].res.step_us[k];
+                step_s = 1.2e-6 * step_s / runs[0].res.steps;
+            }
+            double left = bud.limit_s - (now_s() - t_start) - (isfinite(step_s) ? 0.5 * step_s : 0) - 1;
+            char all[256] = "";
+            for (int k = 0, o2 = 0; k < nl && o2 < 240; k++)
+                o2 += snprintf(all + o2, sizeof(all) - (size_t)o2, "%s%d", k ? "," : "", list[k]);
+            if (!isfinite(step_s) || left < 3 * step_s) {
+                drift_fits = false;
+                snprintf(drift_why, sizeof(drift_why),
+                         "skipped to fit the time budget of %.0f s%s", bud.limit_s,
+                         isfinite(step_s) ? "" : " (its cost is estimated from the CPU run, which did not fit)");
+                reduced(&bud, "the BatchNorm drift sweep was skipped: pipescope drift %s --chunks %s "
+                              "--policy plain,deferred --steps %d -o drift",
+                        spec->path, all, run_steps);
+            } else {
+                double per = 2 * np + 1;
+                if (per * dsteps * step_s > left) {
+                    int fit = (int)floor(left / (per * step_s));
+                    dsteps = fit < 1 ? 1 : fit < dsteps ? fit : dsteps;
+                }
+                if (per * dsteps * step_s > left) {
+                    /* fewer chunk values: the spec's own first, then in list order */
+                    int keep = (int)floor((left / (dsteps * step_s) - 1) / 2);
+                    if (keep < 1) keep = 1;
+                    int sel[64], ns = 0;
+                    for (int k = 0; k < np && ns < keep; k++)
+                        if (plan[k] == spec->chunks) sel[ns++] = plan[k];
+                    for (int k = 0; k < np && ns < keep; k++)
+                        if (plan[k] != spec->chunks) sel[ns++] = plan[k];
+                    char rest[256] = "";
+                    for (int k = 0, o2 = 0; k < np && o2 < 240; k++) {
+                        bool in = false;
+                        for (int j = 0; j < ns; j++) in |= sel[j] == plan[k];
+                        if (!in) o2 += snprintf(rest + o2, sizeof(rest) - (size_t)o2, "%s%d", o2 ? "," : "", plan[k]);
+                    }
+                    /* ascending, as the tables and plots show chunks */
+                    for (int a = 1; a < ns; a++)
+                        for (int c = a; c > 0 && sel[c - 1] > sel[c]; c--) {
+                            int t = sel[c];
+                            sel[c] = sel[c - 1];
+                            sel[c - 1] = t;
+                        }
+                    np = ns;
+                    memcpy(plan, sel, (size_t)ns * sizeof(int));
+                    reduced(&bud, "the drift sweep ran %d of its %d chunk values; the rest: "
+                                  "pipescope drift %s --chunks %s --policy plain,deferred --steps %d -o drift",
+                            np, nl, spec->path, rest, dsteps);
+                }
+                if (dsteps < run_steps)
+                    reduced(&bud, "the drift sweep trained %d step%s per setting instead of %d",
+                            dsteps, dsteps == 1 ? "" : "s", run_steps);
+            }
+        }
+        struct ps_drift_opts dopt = {.n_chunks = np,
+                                     .chunks = plan,
                                      .n_policies = 2,
                                      .policies = pol,
-                                     .steps = steps};
+                                     .steps = dsteps,
+                                     .progress = drift_progress,
+                                     .progress_ctx = &bud};
         struct ps_diag dd;
         ps_diag_clear(&dd);
-        if (ps_drift_run(spec, ctx.model, &dopt, &dr, &dd) == 0) have_drift = true;
-        else {
+        ps_progress_begin(&bud.pr, "drift sweep");
+        if (drift_fits && ps_drift_run(spec, ctx.model, &dopt, &dr, &dd) == 0) have_drift = true;
+        else if (drift_fits) {
             ps_diag_format(&dd, drift_why, sizeof(drift_why));
             ps_cli_warn(cli, "drift sweep skipped: %s", drift_why);
         }
+        ps_progress_end(&bud.pr, "done");
         ps_cli_info(cli, "diagnose: drift done (%.2f s)", now_s() - t_start);
     }
 
@@ -265,10 +441,23 @@ int ps_cmd_diagnose(struct ps_cli *cli)
         fo.steps = 1;
         fo.trace = false;
         fo.forward_only = true;
+        /* within what is left of the budget (at least 5 s) */
+        bud.deadline = bud.limit_s > 0 ? fmax(t_start + bud.limit_s, now_s() + 5) : 0;
+        bud.slack = 0;
+        bud.stopped = false;
+        fo.progress = run_progress;
+        fo.progress_ctx = &bud;
+        ps_progress_begin(&bud.pr, "BN adaptation pass");
         struct ps_exec_result fr;
         struct ps_diag fd;
         ps_diag_clear(&fd);
-        if (ps_exec_run(g, &ctx.order, &fo, &fr, &fd) == 0) {
+        int frc = ps_exec_run(g, &ctx.order, &fo, &fr, &fd);
+        ps_progress_end(&bud.pr, frc && bud.stopped ? "stopped (over the budget)" : "done");
+        if (frc && bud.stopped) {
+            reduced(&bud, "the BN adaptation pass was skipped (a forward pass would take about "
+                          "%.0f s): pipescope run %s --forward-only --steps 1",
+                    bud.eta_total, spec->path);
+        } else if (frc == 0) {
             /* the BN layer with the fewest updates: the one adaptation misses most */
             for (int l = 0; l < spec->n_layers; l++) {
                 if (spec->layers[l].op != PS_OP_BATCHNORM) continue;
@@ -447,6 +636,21 @@ int ps_cmd_diagnose(struct ps_cli *cli)
                 ok ? "" : " WARNING", adapt_layer, adapt_updates, adapt_updates == 1 ? "" : "s",
                 g->var.mb_count, g->var.mb_count == 1 ? "" : "es",
                 ps_bn_policy_name(g->var.batchnorm), ps_checkpoint_name(g->var.checkpoint), w);
+    }
+
+    /* findings: what the time budget left out, and how to run it */
+    if (bud.n_reduced) {
+        char what[400] = "";
+        for (int k = 0, o2 = 0; k < bud.n_reduced && o2 < 380; k++) {
+            /* the first clause of each note: "the CPU run was skipped (...)" */
+            const char *colon = strstr(bud.reduced[k], ": pipescope");
+            int len = colon ? (int)(colon - bud.reduced[k]) : (int)strlen(bud.reduced[k]);
+            o2 += snprintf(what + o2, sizeof(what) - (size_t)o2, "%s%.*s", k ? "; " : "", len,
+                           bud.reduced[k]);
+        }
+        finding(&fi, h, "time budget %.0f s: %s. The commands for the rest are in the 'Budget' "
+                        "section; pipescope diagnose %s -o %s --full runs everything",
+                bud.limit_s, what, spec->path, cli->outdir);
     }
 
     /* sections */
@@ -707,6 +911,13 @@ int ps_cmd_diagnose(struct ps_cli *cli)
             ps_html_para(h, "no drift sweep (%s)", drift_on ? drift_why : "--no-drift");
         }
     }
+    if (bud.n_reduced) {
+        ps_html_section(h, "budget", "Budget");
+        ps_html_para(h, "diagnose fits its work into a time budget (%.0f s here, --budget SECONDS "
+                        "changes it, --full turns it off). This run left out:",
+                     bud.limit_s);
+        for (int k = 0; k < bud.n_reduced; k++) ps_html_para(h, "%s", bud.reduced[k]);
+    }
     ps_html_section(h, "files", "Files");
     ps_html_para(h, "report.json (the whole report), simulated.json and measured-*.json (Chrome "
                     "traces: open them in Perfetto or chrome://tracing), graph.svg, timeline.svg, "
@@ -748,6 +959,14 @@ int ps_cmd_diagnose(struct ps_cli *cli)
         cJSON *fj = cJSON_CreateArray();
         for (int k = 0; k < fi.n; k++) ps_json_add_string(fj, NULL, fi.line[k]);
         ps_json_set(root, "findings", fj);
+        cJSON *bj = cJSON_CreateObject();
+        if (bj) {
+            cJSON_AddNumberToObject(bj, "limit_s", bud.limit_s);
+            cJSON_AddBoolToObject(bj, "full", bud.limit_s <= 0);
+            cJSON *rj = cJSON_AddArrayToObject(bj, "reduced");
+            for (int k = 0; rj && k < bud.n_reduced; k++) ps_json_add_string(rj, NULL, bud.reduced[k]);
+            ps_json_set(root, "budget", bj);
+        }
     }
     if (ps_report_write(root, OUT("report.json"), &d)) goto fail;
     if (ps_html_write_file(h, OUT("index.html"), &d)) goto fail;

@@ -135,7 +135,13 @@ static const char help_diagnose[] =
     "  --steps N          training steps of the runs and of each drift setting, 1..1000\n"
     "                     (default: the spec's train.steps, else 1)\n"
     "  --costs FILE       per-layer costs for the simulation, sim/COSTS.md (default: the spec's\n"
-    "                     costs, else its hardware roofline)\n" SHARED_Q
+    "                     costs, else its hardware roofline)\n"
+    "  --budget SECONDS   time budget for the CPU run, the drift sweep and the forward-only pass:\n"
+    "                     fewer steps, fewer settings or skipped, each reduction reported with\n"
+    "                     the command that runs the rest (default: 60)\n"
+    "  --full             no budget: run everything, however long (default: off)\n" SHARED_Q
+    "\nProgress goes to stderr for every phase longer than a second (one updating line on a\n"
+    "terminal, plain lines otherwise; none with -q).\n"
     "\nexample:\n  pipescope diagnose examples/seed1-convergence.json -o out/seed1\n";
 
 static const char help_simulate[] =
@@ -209,7 +215,8 @@ const struct ps_cmd ps_commands[] = {
      "[--unit sample|micro_batch] [--json FILE] [--svg FILE] [--dot FILE]",
      ps_cmd_compare, help_compare, false},
     {"diagnose", "everything this machine can do, as a report folder with index.html",
-     "diagnose SPEC -o DIR [--chunks 1,2,4,...] [--no-drift] [--costs FILE] [--steps N]",
+     "diagnose SPEC -o DIR [--chunks 1,2,4,...] [--no-drift] [--costs FILE] [--steps N] "
+     "[--budget SECONDS | --full]",
      ps_cmd_diagnose, help_diagnose, true},
     {"simulate", "simulated timeline: makespan, bubble, memory, recompute, BN update order",
      "simulate SPEC [--actions FILE] [--no-phony] [--optimizer] [--costs FILE] [--trace FILE] "
