@@ -3,8 +3,10 @@
  * One pass over the order keeps, per stream, the last entry that runs on it (`run`) and the last
  * entry issued on it (`reg`: the same, or a copy whose barrier names the stream). Each entry's
  * candidate waits go to a small list keyed by the producer's stream, where the latest entry wins
- * (W2); the GRAD producers come from a search back through host-only nodes, marked per entry so
- * each node is visited once.
+ * (W2). The GRAD producers of an entry come from its DATA predecessors: a stream node is one, a
+ * host-only node stands for its own producers, summarised when the pass reaches it (latest entry
+ * per stream, as W2 keeps), so no search runs twice over the same nodes (B(i,n-1) of every
+ * micro-batch meets the loss and, behind it, F(k,n-1) of all of them).
  */
 #include "src/waits.h"
 
@@ -43,7 +45,10 @@ struct ctx {
     const struct ps_order *o;
     struct cand *c;
     uint32_t nc, cap;
-    uint32_t *stack, *mark;
+    /* producer summaries of host-only entries: sum[hoff[k] .. hoff[k] + hlen[k]) */
+    struct cand *sum;
+    uint32_t nsum, capsum;
+    uint32_t *hoff, *hlen;
 };
 
 static int add(struct ctx *x, int32_t self, uint32_t at, enum ps_wait_kind kind)
@@ -72,30 +77,43 @@ static bool no_gradient(const struct ps_node *nd)
 }
 
 /* the stream nodes whose real gradients reach entry k's node v along DATA edges, through
-   host-only nodes */
-static int grad_producers(struct ctx *x, uint32_t k, uint32_t v)
+   host-only nodes (their summaries), into x->c */
+static int grad_producers(struct ctx *x, uint32_t k, uint32_t v, int32_t self)
 {
     const struct ps_graph *g = x->g;
-    int32_t self = g->nodes[v].stream;
-    uint32_t sp = 0, stamp = k + 1;
-    x->stack[sp++] = v;
-    while (sp) {
-        uint32_t y = x->stack[--sp];
-        for (uint32_t q = g->in_off[y]; q < g->in_off[y + 1]; q++) {
-            const struct ps_edge *e = &g->edges[g->in_edge[q]];
-            uint32_t u = e->src;
-            if (e->kind != PS_EDGE_DATA || x->mark[u] == stamp) continue;
-            x->mark[u] = stamp;
-            uint32_t pu = x->o->pos[u];
-            if (pu == UINT32_MAX || pu >= k || no_gradient(&g->nodes[u])) continue;
-            if (g->nodes[u].stream >= 0) {
-                int rc = add(x, self, pu, PS_WAIT_GRAD);
-                if (rc) return rc;
-            } else {
-                x->stack[sp++] = u;
-            }
+    for (uint32_t q = g->in_off[v]; q < g->in_off[v + 1]; q++) {
+        const struct ps_edge *e = &g->edges[g->in_edge[q]];
+        uint32_t u = e->src, pu = x->o->pos[u];
+        if (e->kind != PS_EDGE_DATA || pu == UINT32_MAX || pu >= k ||
+            no_gradient(&g->nodes[u]))
+            continue;
+        int rc = 0;
+        if (g->nodes[u].stream >= 0) {
+            rc = add(x, self, pu, PS_WAIT_GRAD);
+        } else {
+            for (uint32_t h = x->hoff[pu]; h < x->hoff[pu] + x->hlen[pu] && !rc; h++)
+                rc = add(x, self, x->sum[h].at, PS_WAIT_GRAD);
         }
+        if (rc) return rc;
     }
+    return 0;
+}
+
+/* keeps host-only entry k's producers (x->c) as its summary */
+static int keep_summary(struct ctx *x, uint32_t k)
+{
+    if (x->nsum + x->nc > x->capsum) {
+        uint32_t cap = x->capsum ? x->capsum : 64;
+        while (x->nsum + x->nc > cap) cap *= 2;
+        struct cand *q = realloc(x->sum, (size_t)cap * sizeof(*q));
+        if (!q) return -ENOMEM;
+        x->sum = q;
+        x->capsum = cap;
+    }
+    x->hoff[k] = x->nsum;
+    x->hlen[k] = x->nc;
+    memcpy(x->sum + x->nsum, x->c, (size_t)x->nc * sizeof(*x->c));
+    x->nsum += x->nc;
     return 0;
 }
 
@@ -108,8 +126,8 @@ int ps_waits_plan(const struct ps_graph *g, const struct ps_order *o, struct ps_
     struct ctx x = {.g = g, .o = o};
     uint32_t *run = malloc(((size_t)ns + 1) * sizeof(uint32_t));
     uint32_t *reg = malloc(((size_t)ns + 1) * sizeof(uint32_t));
-    x.stack = malloc(((size_t)g->n_edges + 1) * sizeof(uint32_t));
-    x.mark = calloc((size_t)g->n_nodes + 1, sizeof(uint32_t));
+    x.hoff = calloc((size_t)n + 1, sizeof(uint32_t));
+    x.hlen = calloc((size_t)n + 1, sizeof(uint32_t));
     w->n = n;
     w->sprev = malloc(((size_t)n + 1) * sizeof(uint32_t));
     w->off = malloc(((size_t)n + 2) * sizeof(uint32_t));
@@ -117,7 +135,7 @@ int ps_waits_plan(const struct ps_graph *g, const struct ps_order *o, struct ps_
     w->at = malloc((size_t)cap * sizeof(uint32_t));
     w->kind = malloc((size_t)cap);
     int rc = 0;
-    if (!run || !reg || !x.stack || !x.mark || !w->sprev || !w->off || !w->at || !w->kind)
+    if (!run || !reg || !x.hoff || !x.hlen || !w->sprev || !w->off || !w->at || !w->kind)
         rc = -ENOMEM;
     for (int32_t s = 0; !rc && s < ns; s++) run[s] = reg[s] = UINT32_MAX;
     uint32_t nw = 0;
@@ -127,8 +145,12 @@ int ps_waits_plan(const struct ps_graph *g, const struct ps_order *o, struct ps_
         int32_t s = nd->stream;
         w->off[k] = nw;
         w->sprev[k] = UINT32_MAX;
-        if (s < 0 || s >= ns) continue;
         x.nc = 0;
+        if (s < 0 || s >= ns) { /* host-only: its producers, for the entries it feeds */
+            rc = grad_producers(&x, k, v, -1);
+            if (!rc) rc = keep_summary(&x, k);
+            continue;
+        }
         w->sprev[k] = run[s];
         /* the barrier's second half: a copy issued on this stream from another one */
         if (reg[s] != UINT32_MAX && reg[s] != run[s]) rc = add(&x, s, reg[s], PS_WAIT_BARRIER);
@@ -137,7 +159,7 @@ int ps_waits_plan(const struct ps_graph *g, const struct ps_order *o, struct ps_
         if (!rc && waits && t >= 0 && t < ns && reg[t] != UINT32_MAX)
             rc = add(&x, s, reg[t],
                      nd->kind == PS_NODE_WAIT ? PS_WAIT_EVENT : PS_WAIT_BARRIER);
-        if (!rc && nd->phase == PS_PHASE_BWD) rc = grad_producers(&x, k, v);
+        if (!rc && nd->phase == PS_PHASE_BWD) rc = grad_producers(&x, k, v, s);
         if (rc) break;
         if (nw + x.nc > cap) {
             while (nw + x.nc > cap) cap *= 2;
@@ -170,8 +192,9 @@ int ps_waits_plan(const struct ps_graph *g, const struct ps_order *o, struct ps_
     }
     free(run);
     free(reg);
-    free(x.stack);
-    free(x.mark);
+    free(x.hoff);
+    free(x.hlen);
+    free(x.sum);
     free(x.c);
     if (rc) {
         ps_waits_finish(w);
