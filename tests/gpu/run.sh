@@ -48,8 +48,9 @@ if [ "${1:-}" = "--stage" ]; then
         ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// { print $3 }'
     done | sort -u | while read -r lib; do
         case $(basename "$lib") in
-        libc.so* | libm.so* | libdl.so* | libpthread.so* | librt.so* | ld-linux* | libstdc++.so* | \
-            libgcc_s.so* | libcuda.so* | libcudart.so* | libcublas*.so* | libcupti.so* | libnvrtc*) ;;
+        libc.so* | libm.so* | libdl.so* | libpthread.so* | librt.so* | libutil.so* | libresolv.so* | \
+            ld-linux* | libstdc++.so* | libgcc_s.so* | libcuda.so* | libcudart.so* | libcublas*.so* | \
+            libcupti.so* | libnvrtc*) ;;
         *) cp -L "$lib" "$S/lib/" ;;
         esac
     done
@@ -80,6 +81,6 @@ if [ "$rc" = 77 ]; then
     rc=1
 fi
 echo "== bench_gpu"
-timeout 120 "$bench" "$@" || rc=$?
+timeout 120 "$bench" "$@" || { r=$?; [ "$rc" != 0 ] || rc=$r; }
 echo "== done in $(( $(date +%s) - start )) s (exit $rc)"
 exit $rc
