@@ -1,13 +1,20 @@
 #!/usr/bin/python3
-"""CPU backend vs PyTorch 1.13 on the CPU: time per training iteration, same model, same
-micro-batching (torchgpipe mirror of examples/export_pytorch.py), same machine. PyTorch gets torch.set_num_threads(2); pipescope's sgemm uses the online
-CPUs (at most 16): run it on a 2-core machine (or under taskset -c 0,1) for equal threads.
+"""CPU backend vs PyTorch 1.13 on the CPU: time per training step and peak memory, same model,
+same micro-batching (the torchgpipe mirror of examples/export_pytorch.py), same machine, same
+threads. PyTorch gets torch.set_num_threads(2); pipescope's sgemm uses the online CPUs (at most
+16) and `run` a worker thread per device: run it on a 2-core machine (or under taskset -c 0,1,
+as tests/bench_cpu.sh does) for equal threads.
 
-    /usr/bin/python3 tests/bench_cpu.py PIPESCOPE SPEC... [--steps N]
+    /usr/bin/python3 tests/bench_cpu.py PIPESCOPE SPEC[:STEPS]... [--steps N]
 
-Prints per spec: pipescope ms/iteration (median over steps 2..N of `pipescope run`'s own step
-times), PyTorch ms/iteration (median, same steps), and the ratio pipescope / PyTorch (< 1 =
-pipescope faster). Figures only; nothing is asserted.
+Per spec (STEPS overrides --steps for that spec; at least 2): pipescope ms per step (median over
+steps 2..N of `pipescope run`'s own step times) with a thread per device and with --serial,
+PyTorch ms per step (median, same steps, same loss), the ratio pipescope / PyTorch (< 1 =
+pipescope faster), and the peak RSS of each process (pipescope `run` and a Python process that
+imports torch and trains, each measured alone by wait4; the PyTorch figure includes the
+interpreter and torch's libraries, about 0.25 GB). bench_cpu.sh sets OMP_WAIT_POLICY=PASSIVE
+unless it is set: spinning OpenMP workers make PyTorch tens of times slower on a loaded machine.
+Figures only; nothing is asserted.
 """
 import json
 import os
@@ -17,53 +24,89 @@ import sys
 import tempfile
 import time
 
-import torch
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
-import export_pytorch as ex  # noqa: E402
 
 
-def build(spec):
-    return ex.from_spec(spec["model"]["input"], spec["model"]["layers"])
+def run_measured(argv):
+    """Runs argv; returns (stdout text, peak RSS in MB of that process alone)."""
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE)
+    out = p.stdout.read()
+    _, status, ru = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode != 0:
+        raise SystemExit("%s exited %d" % (argv[0], p.returncode))
+    return out.decode(), ru.ru_maxrss / 1024.0
+
+
+def torch_child(path, steps):
+    """In a child process: PyTorch's training steps; prints the step times (s) as JSON."""
+    import torch
+    import export_pytorch as ex
+    torch.set_num_threads(2)
+    with open(path) as fh:
+        spec = json.load(fh)
+    seq, out_shape = ex.from_spec(spec["model"]["input"], spec["model"]["layers"])
+    N, p = spec["batch"], spec["pipeline"]
+    loss = spec["model"].get("loss", "cross_entropy")
+    torch.manual_seed(0)
+    X = torch.randn(N * steps, *spec["model"]["input"])
+    if loss == "cross_entropy":
+        Y = torch.randint(0, out_shape[0], (N * steps,))
+    elif loss == "mse":
+        Y = torch.randn(N * steps, *out_shape)
+    else:
+        Y = None
+    times = []
+    for s in range(steps):
+        t0 = time.perf_counter()
+        ex.train_pipeline(seq, X[s * N:(s + 1) * N], None if Y is None else Y[s * N:(s + 1) * N],
+                          N, p["balance"], p["chunks"], p["checkpoint"], "plain", 1, 0.01,
+                          loss=loss)
+        times.append(time.perf_counter() - t0)
+    print(json.dumps(times))
+
+
+def pipescope_ms(pipescope, path, steps, serial):
+    with tempfile.TemporaryDirectory() as tmp:
+        rep = os.path.join(tmp, "r.json")
+        argv = [pipescope, "run", path, "--steps", str(steps), "--json", rep, "-q"]
+        if serial:
+            argv.append("--serial")
+        _, rss = run_measured(argv)
+        with open(rep) as fh:
+            us = json.load(fh)["execution"]["step_us"]
+    return statistics.median(us[1:]) / 1000.0, rss
 
 
 def main():
     args = sys.argv[1:]
+    if args and args[0] == "--torch-child":
+        torch_child(args[1], int(args[2]))
+        return 0
     steps = 20
     if "--steps" in args:
         k = args.index("--steps")
         steps = int(args[k + 1])
         del args[k:k + 2]
     pipescope, specs = args[0], args[1:]
-    torch.set_num_threads(2)
-    print("%-22s %7s %6s %-12s %-10s %14s %14s %8s" % ("spec", "batch", "chunks", "checkpoint",
-                                                    "batchnorm", "pipescope ms", "pytorch ms",
-                                                    "ratio"))
-    for path in specs:
+    print("%-20s %5s %6s %-11s %10s %10s %10s %6s %10s %10s" % (
+        "spec", "batch", "chunks", "checkpoint", "ps ms", "ps serial", "torch ms", "ratio",
+        "ps RSS MB", "torch RSS"))
+    for arg in specs:
+        path, _, n = arg.partition(":")
+        n = max(2, int(n) if n else steps)
         with open(path) as fh:
             spec = json.load(fh)
-        with tempfile.TemporaryDirectory() as tmp:
-            rep = os.path.join(tmp, "r.json")
-            subprocess.run([pipescope, "run", path, "--steps", str(steps), "--json", rep, "-q"],
-                           check=True)
-            with open(rep) as fh:
-                us = json.load(fh)["execution"]["step_us"]
-        ps_ms = statistics.median(us[1:]) / 1000.0
-        seq, out_shape = build(spec)
-        N, p = spec["batch"], spec["pipeline"]
-        X = torch.randn(N * steps, *spec["model"]["input"])
-        Y = torch.randint(0, out_shape[0], (N * steps,))
-        times = []
-        for s in range(steps):
-            t0 = time.perf_counter()
-            ex.train_pipeline(seq, X[s * N:(s + 1) * N], Y[s * N:(s + 1) * N], N, p["balance"],
-                              p["chunks"], p["checkpoint"], "plain", 1, 0.01)
-            times.append(time.perf_counter() - t0)
-        pt_ms = statistics.median(times[1:]) * 1000.0
-        print("%-22s %7d %6d %-12s %-10s %14.3f %14.3f %8.2f" % (
-            spec.get("name", os.path.basename(path))[:22], N, p["chunks"], p["checkpoint"],
-            p.get("batchnorm", "plain"), ps_ms, pt_ms, ps_ms / pt_ms))
+        p = spec["pipeline"]
+        ps, ps_rss = pipescope_ms(pipescope, path, n, False)
+        ps_serial, _ = pipescope_ms(pipescope, path, n, True)
+        out, pt_rss = run_measured([sys.executable, os.path.abspath(__file__), "--torch-child",
+                                    path, str(n)])
+        pt = statistics.median(json.loads(out)[1:]) * 1000.0
+        print("%-20s %5d %6d %-11s %10.1f %10.1f %10.1f %6.2f %10.0f %10.0f" % (
+            spec.get("name", os.path.basename(path))[:20], spec["batch"], p["chunks"],
+            p["checkpoint"], ps, ps_serial, pt, ps / pt, ps_rss, pt_rss), flush=True)
     return 0
 
 
