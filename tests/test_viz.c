@@ -791,6 +791,20 @@ static void test_lines_units_legend(void **state)
     assert_int_equal(sscanf(t + 9, "%lf", &tx), 1);
     assert_true(tx + 6.6 * strlen("interleaved-1f1b except_last 11") <= W);
     free(a);
+    /* one point 5000x above the next (drift at 2 samples per micro-batch): a log axis from
+       10^floor(log10 0.05) = 0.01 to 10^ceil(log10 266) = 1000, one tick per decade; the 0 is
+       left out as a gap (two points remain: one polyline) */
+    double x3[3] = {1, 2, 4}, yl[3] = {0, 0.05, 266};
+    struct ps_plot_series sl = {"plain", yl};
+    struct ps_line_plot pl = {.ylabel = "var error", .n = 3, .x = x3, .log2_x = true,
+                              .y_zero = true, .log_y_auto = true, .n_series = 1, .series = &sl};
+    assert_int_equal(ps_plot_lines_file(&pl, tmp("l7.svg"), &d), 0);
+    a = fx_slurp(tmp("l7.svg"), NULL);
+    assert_non_null(strstr(a, ">var error (log scale, 0 not shown)</text>"));
+    assert_non_null(strstr(a, ">0.01</text>"));
+    assert_non_null(strstr(a, ">1000</text>"));
+    assert_int_equal(fx_count(a, "<polyline"), 1);
+    free(a);
     /* times: 2.5e6 us is shown in s */
     double yt[3] = {2.5e5, 1.2e6, 2.5e6};
     struct ps_plot_series st = {"gpipe", yt};

@@ -200,6 +200,7 @@ int ps_drift_plot(const struct ps_drift *dr, const char *metric, const char *pat
                                  .x = x,
                                  .log2_x = !loss,
                                  .y_zero = !loss,
+                                 .log_y_auto = !loss,
                                  .n_series = (uint32_t)ns,
                                  .series = se};
         rc = ps_plot_lines_file(&p, path, d);

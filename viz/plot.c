@@ -616,27 +616,54 @@ int ps_plot_lines(const struct ps_line_plot *p, FILE *f, struct ps_diag *diag)
         ylo -= d;
         yhi += d;
     }
-    const char *uname;
-    double ydiv = plot_unit(p->y_unit, fmax(fabs(ylo), fabs(yhi)), &uname);
-    ylo /= ydiv;
-    yhi /= ydiv;
-    double ystep = nice_step((yhi - ylo) / 6);
-    ylo = floor(ylo / ystep + 1e-9) * ystep;
-    yhi = ceil(yhi / ystep - 1e-9) * ystep;
-    if (yhi <= ylo) yhi = ylo + ystep;
+    /* a log axis when one point would flatten the rest (drift at 2 samples per micro-batch) */
+    bool log_y = false;
+    if (p->log_y_auto && any) {
+        double minpos = INFINITY, maxv = -INFINITY;
+        bool neg = false;
+        for (uint32_t s = 0; s < p->n_series; s++)
+            for (uint32_t i = 0; i < p->n; i++) {
+                double v = p->series[s].y[i];
+                if (!x_ok(p, i) || !isfinite(v)) continue;
+                neg |= v < 0;
+                if (v > 0 && v < minpos) minpos = v;
+                if (v > maxv) maxv = v;
+            }
+        if (!neg && isfinite(minpos) && maxv >= 100 * minpos) {
+            log_y = true;
+            ylo = floor(log10(minpos));
+            yhi = ceil(log10(maxv));
+            if (yhi <= ylo) yhi = ylo + 1;
+        }
+    }
+    const char *uname = NULL;
+    double ydiv = 1, ystep = 1;
+    if (!log_y) {
+        ydiv = plot_unit(p->y_unit, fmax(fabs(ylo), fabs(yhi)), &uname);
+        ylo /= ydiv;
+        yhi /= ydiv;
+        ystep = nice_step((yhi - ylo) / 6);
+        ylo = floor(ylo / ystep + 1e-9) * ystep;
+        yhi = ceil(yhi / ystep - 1e-9) * ystep;
+        if (yhi <= ylo) yhi = ylo + ystep;
+    } else {
+        ystep = yhi - ylo > 8 ? ceil((yhi - ylo) / 8) : 1;
+    }
     /* room for the widest tick label left of the axis, and the y label left of that */
     size_t widest = 1;
     for (int k = 0;; k++) {
         double v = ylo + k * ystep;
         if (v > yhi + ystep * 1e-9 || k > 1000) break;
-        tick_label(buf, sizeof(buf), v, ystep);
+        if (log_y) snprintf(buf, sizeof(buf), "%g", pow(10, v));
+        else tick_label(buf, sizeof(buf), v, ystep);
         if (strlen(buf) > widest) widest = strlen(buf);
     }
     if (L < 36 + 6.6 * (double)widest) L = 36 + 6.6 * (double)widest;
     double PW = W - L - R, PH = H - T - B;
 
 #define PX(v) (L + ((v) - xlo) / (xhi - xlo) * PW)
-#define PY(v) (T + PH - ((v) / ydiv - ylo) / (yhi - ylo) * PH)
+#define YV(v) (log_y ? ((v) > 0 ? log10(v) : NAN) : (v) / ydiv)
+#define PY(v) (T + PH - (YV(v) - ylo) / (yhi - ylo) * PH)
 
     svg_begin(f, W, H);
     if (p->title) text(f, L + PW / 2, 24, "middle", 15, "#000000", "font-weight=\"bold\"", p->title);
@@ -644,9 +671,11 @@ int ps_plot_lines(const struct ps_line_plot *p, FILE *f, struct ps_diag *diag)
     for (int k = 0;; k++) {
         double v = ylo + k * ystep;
         if (v > yhi + ystep * 1e-9 || k > 1000) break;
-        line(f, L, PY(v * ydiv), L + PW, PY(v * ydiv), "#e6e6e6", 1);
-        tick_label(buf, sizeof(buf), v, ystep);
-        text(f, L - 6, PY(v * ydiv) + 4, "end", 11, "#000000", NULL, buf);
+        double raw = log_y ? pow(10, v) : v * ydiv;
+        line(f, L, PY(raw), L + PW, PY(raw), "#e6e6e6", 1);
+        if (log_y) snprintf(buf, sizeof(buf), "%g", raw);
+        else tick_label(buf, sizeof(buf), v, ystep);
+        text(f, L - 6, PY(raw) + 4, "end", 11, "#000000", NULL, buf);
     }
     for (int k = 0;; k++) {
         double v = xlo + k * xstep;
@@ -675,6 +704,7 @@ int ps_plot_lines(const struct ps_line_plot *p, FILE *f, struct ps_diag *diag)
         char tr[96], lab[160];
         snprintf(tr, sizeof(tr), "transform=\"rotate(-90 %s %s)\"", n2(18), n2(T + PH / 2));
         if (uname) snprintf(lab, sizeof(lab), "%s (%s)", p->ylabel, uname);
+        else if (log_y) snprintf(lab, sizeof(lab), "%s (log scale, 0 not shown)", p->ylabel);
         else snprintf(lab, sizeof(lab), "%s", p->ylabel);
         text(f, 18, T + PH / 2, "middle", 12, "#000000", tr, lab);
     }
@@ -687,7 +717,7 @@ int ps_plot_lines(const struct ps_line_plot *p, FILE *f, struct ps_diag *diag)
         bool open = false;
         for (uint32_t i = 0; i < p->n; i++) {
             double v = p->series[s].y[i];
-            bool ok = x_ok(p, i) && isfinite(v);
+            bool ok = x_ok(p, i) && isfinite(v) && isfinite(YV(v));
             if (!ok) {
                 if (open)
                     fprintf(f, "\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.50\"%s/>\n", color,
@@ -705,7 +735,7 @@ int ps_plot_lines(const struct ps_line_plot *p, FILE *f, struct ps_diag *diag)
                     series_dash(s));
         for (uint32_t i = 0; i < p->n; i++) {
             double v = p->series[s].y[i];
-            if (!x_ok(p, i) || !isfinite(v)) continue;
+            if (!x_ok(p, i) || !isfinite(v) || !isfinite(YV(v))) continue;
             double xv = p->log2_x ? log2(p->x[i]) : p->x[i];
             marker(f, (int)s, PX(xv), PY(v), color);
         }
@@ -726,6 +756,7 @@ int ps_plot_lines(const struct ps_line_plot *p, FILE *f, struct ps_diag *diag)
     fputs("</g>\n</svg>\n", f);
 #undef PX
 #undef PY
+#undef YV
     if (ferror(f)) return ps_diag_set(diag, -EIO, "plot", "write error");
     return 0;
 }

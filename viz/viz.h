@@ -262,6 +262,8 @@ struct ps_line_plot {
     const double *x;            /* n x values */
     bool log2_x;                /* log2 x axis (x <= 0 skipped) */
     bool y_zero;                /* include 0 in the y range */
+    bool log_y_auto;            /* log10 y axis when the values are >= 0 and the positive ones
+                                   span 100x or more (zeros are then left out, as gaps) */
     uint32_t n_series;
     const struct ps_plot_series *series;
     double width, height;       /* px, 0 = 720 x 440 */
