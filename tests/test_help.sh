@@ -3,7 +3,8 @@
 # print the same text and exit 0; the text has a purpose line, an options section naming every
 # option the command's source accepts (read from src/cli/cmd_CMD.c, so an option added there
 # without help fails here), a default for each option line, and an example whose command line
-# is the command itself. `help NOSUCH` exits 2.
+# is the command itself. `help NOSUCH` exits 2. `CMD SPEC --json -` prints only the report on
+# stdout (it parses as JSON).
 set -u
 bin=${PIPESCOPE:?PIPESCOPE not set}
 root=${PS_SOURCE_ROOT:?PS_SOURCE_ROOT not set}
@@ -42,4 +43,16 @@ done
 "$bin" help nosuch >/dev/null 2>"$tmp/e"
 [ $? -eq 2 ] || fail "pipescope help nosuch did not exit 2"
 grep -q "unknown command 'nosuch'" "$tmp/e" || fail "help nosuch: $(cat "$tmp/e")"
-echo "help: $(echo "$cmds" | wc -w) commands, each with its options, defaults and an example"
+# --json - gives stdout to the report alone: it parses as JSON for every command that has it
+# (the human text went to stdout too in check, run and drift)
+"$bin" run "$root/examples/small-3x3.json" --trace "$tmp/m.json" -q || fail "run --trace exited $?"
+for c in $cmds; do
+    "$bin" "$c" --help | grep -q -- "--json FILE" || continue
+    extra=""
+    [ "$c" = compare ] && extra="--measured $tmp/m.json"
+    # shellcheck disable=SC2086
+    "$bin" "$c" "$root/examples/small-3x3.json" --json - $extra >"$tmp/j" 2>/dev/null
+    python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$tmp/j" 2>/dev/null ||
+        fail "pipescope $c --json -: stdout is not JSON: $(head -c 200 "$tmp/j")"
+done
+echo "help: $(echo "$cmds" | wc -w) commands, each with its options, defaults and an example; --json - is JSON"

@@ -102,7 +102,8 @@ int ps_cmd_check(struct ps_cli *cli)
     const struct ps_analysis *bw = &w.an;
 
     int code = a.ok ? PS_EXIT_OK : PS_EXIT_FOUND;
-    if (cli->verbosity >= 0) {
+    /* with --json - the report owns stdout: the human text would make it unparseable */
+    if (cli->verbosity >= 0 && !(cli->json && !strcmp(cli->json, "-"))) {
         char dev[32];
         printf("spec: %s (%s)\n", s->path, s->name);
         printf("pipeline: %s, m=%d micro-batches (chunks %d), n=%d partitions on %d device%s, "

@@ -272,7 +272,8 @@ int ps_cmd_drift(struct ps_cli *cli)
         ps_ctx_finish(&ctx);
         return ps_cli_fail(&d, PS_EXIT_INPUT);
     }
-    if (cli->verbosity >= 0) {
+    /* with --json - the report owns stdout: the human text would make it unparseable */
+    if (cli->verbosity >= 0 && !(cli->json && !strcmp(cli->json, "-"))) {
         printf("drift: %s, batch %lld, %d %s per setting, reference: chunks 1, plain BN, "
                "checkpoint never\n",
                spec->name ? spec->name : spec->path, (long long)spec->batch, dr.steps,

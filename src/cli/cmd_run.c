@@ -145,7 +145,8 @@ int ps_cmd_run(struct ps_cli *cli)
     }
     int code = PS_EXIT_OK;
     struct ps_mem *sim = simulated_peaks(&ctx, &r);
-    if (cli->verbosity >= 0) {
+    /* with --json - the report owns stdout: the human text would make it unparseable */
+    if (cli->verbosity >= 0 && !(cli->json && !strcmp(cli->json, "-"))) {
         printf("run: %s on %s, %d %s, batch %lld in %d micro-batches (chunks %d), "
                "checkpoint %s, batchnorm %s\n",
                s->name ? s->name : s->path, backend, r.steps,
