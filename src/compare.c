@@ -252,6 +252,77 @@ out:
     return rc;
 }
 
+/* per measured lane (device, CUDA stream): tasks sorted by lane, then by simulated start */
+struct by_lane {
+    int32_t dev;
+    int64_t stream;
+    double sim_start, sim_end, meas_start;
+    uint32_t node;
+};
+
+static int cmp_by_lane(const void *x, const void *y)
+{
+    const struct by_lane *a = x, *b = y;
+    if (a->dev != b->dev) return a->dev < b->dev ? -1 : 1;
+    if (a->stream != b->stream) return a->stream < b->stream ? -1 : 1;
+    if (a->sim_start != b->sim_start) return a->sim_start < b->sim_start ? -1 : 1;
+    if (a->sim_end != b->sim_end) return a->sim_end < b->sim_end ? -1 : 1;
+    return a->node < b->node ? -1 : a->node > b->node;
+}
+
+static int lane_inversions(const struct ps_trace *m, const uint32_t *rm, struct ps_compare *c)
+{
+    struct by_lane *v = malloc(((size_t)c->n_tasks + 1) * sizeof(*v));
+    double *seq = malloc(((size_t)c->n_tasks + 1) * sizeof(double));
+    double *tmp = malloc(((size_t)c->n_tasks + 1) * sizeof(double));
+    int rc = 0;
+    if (!v || !seq || !tmp) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    uint32_t n = 0;
+    for (uint32_t k = 0; k < c->n_tasks; k++) {
+        const struct ps_compare_task *t = &c->tasks[k];
+        if (!isfinite(t->start_err)) continue;
+        const struct ps_trace_rec *r = &m->r[rm[t->node]];
+        if (r->lane_stream < 0) continue;
+        v[n++] = (struct by_lane){r->lane_device, r->lane_stream, t->sim_start,
+                                  t->sim_start + t->sim_dur, t->meas_start, t->node};
+    }
+    qsort(v, n, sizeof(*v), cmp_by_lane);
+    for (uint32_t a = 0; a < n;) {
+        uint32_t b = a;
+        while (b < n && v[b].dev == v[a].dev && v[b].stream == v[a].stream) b++;
+        c->n_lanes++;
+        a = b;
+    }
+    c->lanes = calloc((size_t)c->n_lanes + 1, sizeof(*c->lanes));
+    if (!c->lanes) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    uint32_t w = 0;
+    for (uint32_t a = 0; a < n;) {
+        uint32_t b = a;
+        while (b < n && v[b].dev == v[a].dev && v[b].stream == v[a].stream) b++;
+        for (uint32_t k = a; k < b; k++) seq[k - a] = v[k].meas_start;
+        struct ps_compare_lane *l = &c->lanes[w++];
+        l->device = v[a].dev;
+        l->stream = v[a].stream;
+        l->n_tasks = b - a;
+        l->pairs = (uint64_t)(b - a) * (b - a - 1) / 2;
+        l->inversions = count_inversions(seq, tmp, b - a);
+        c->lane_inversions += l->inversions;
+        c->lane_pairs += l->pairs;
+        a = b;
+    }
+out:
+    free(v);
+    free(seq);
+    free(tmp);
+    return rc;
+}
+
 /* ---- dependency violations in the measurement ----------------------------------------------- */
 
 static int dependencies(const struct ps_graph *g, const struct ps_trace *m, const uint32_t *rm,
@@ -420,7 +491,8 @@ int ps_compare_run(const struct ps_graph *g, const struct ps_trace *sim,
         }
     }
     if (stat(g, c, W_START, &c->start) || stat(g, c, W_DUR, &c->dur) ||
-        stat(g, c, W_REL, &c->dur_rel) || inversions(g, c) || dependencies(g, meas, rm, c))
+        stat(g, c, W_REL, &c->dur_rel) || inversions(g, c) || lane_inversions(meas, rm, c) ||
+        dependencies(g, meas, rm, c))
         goto nomem;
     if (trace_figures(g, sim, s0, &fs) || trace_figures(g, meas, m0, &fm)) goto nomem;
     c->n_devices = g->n_devices > 0 ? g->n_devices : 1;
@@ -460,6 +532,7 @@ void ps_compare_finish(struct ps_compare *c)
     if (!c) return;
     free(c->tasks);
     free(c->streams);
+    free(c->lanes);
     free(c->dev);
     memset(c, 0, sizeof(*c));
 }

@@ -9,7 +9,8 @@
  *   start error      measured start - simulated start (us), per aligned F/B/R/Wg task
  *   duration error   measured - simulated (us), and relative: (measured - simulated) / measured
  *   order inversion  two aligned tasks of one graph stream that run in the opposite order in
- *                    the two traces (pairs counted by merge sort, per stream)
+ *                    the two traces (pairs counted by merge sort, per stream); the same per
+ *                    measured lane (the real CUDA stream of a GPU-attributed task)
  *   dependency violation  a DATA/PHONY successor that starts before its predecessor ended in
  *                    the measurement (paths through nodes without a record count, as the
  *                    executor records tasks only); 2 ns of slack for the 3-decimal trace format
@@ -56,6 +57,15 @@ struct ps_compare_stream {
     uint64_t pairs, inversions;
 };
 
+/* A measured lane: the real CUDA stream a task's kernels ran on (trace_read.h), when the
+ * measurement has them; inversions counted there as on graph streams. */
+struct ps_compare_lane {
+    int32_t device;
+    int64_t stream;
+    uint32_t n_tasks;
+    uint64_t pairs, inversions;
+};
+
 #define PS_COMPARE_MAX_DEPS 16
 struct ps_compare_dep {
     uint32_t src, dst; /* dst started `early_us` before src ended */
@@ -79,6 +89,9 @@ struct ps_compare {
     uint64_t inversions, pairs;
     uint32_t n_streams;
     struct ps_compare_stream *streams;
+    uint32_t n_lanes;                 /* measured CUDA streams (0 without GPU attribution) */
+    struct ps_compare_lane *lanes;
+    uint64_t lane_inversions, lane_pairs;
     uint32_t n_dep_violations, n_deps_checked, n_deps_kept;
     struct ps_compare_dep deps[PS_COMPARE_MAX_DEPS];
     int n_devices;

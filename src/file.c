@@ -135,7 +135,7 @@ int ps_file_open(struct ps_file_in *in, const char *path, const struct ps_file_o
             rc = ps_diag_set(d, -EFBIG, path, "file exceeds the limit of %zu bytes (%s)",
                              in->opts.max_bytes,
                              ps_memlimit_format((double)in->opts.max_bytes, lb, sizeof(lb)));
-        } else {
+        } else if (!in->opts.stream) {
             rc = ps_memlimit_check(in->opts.factor * (double)st.st_size, path, "reading this file",
                                    "use a smaller file", d);
         }
@@ -146,7 +146,8 @@ int ps_file_open(struct ps_file_in *in, const char *path, const struct ps_file_o
         if (in->opts.max_bytes && in->opts.max_bytes < in->limit) in->limit = in->opts.max_bytes;
         /* a regular file's size plus the NUL and one byte to see the end in one read */
         size_t first = CHUNK;
-        if (in->regular && (uint64_t)st.st_size < in->limit) first = (size_t)st.st_size + 2;
+        if (in->regular && !in->opts.stream && (uint64_t)st.st_size < in->limit)
+            first = (size_t)st.st_size + 2;
         if (first > in->limit + 2) first = in->limit + 2;
         rc = set_cap(in, first, d);
     }

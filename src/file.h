@@ -29,6 +29,11 @@ struct ps_file_opts {
     size_t max_bytes;
     /* decompress a gzip stream (recognised by its magic bytes 1f 8b); else read bytes as-is */
     bool gzip;
+    /* the caller consumes the text as it reads (src/trace_json.c): it drops what it has used by
+     * moving the rest to the front of text and lowering len. The buffer then starts small and a
+     * regular file is not refused for its size (what the caller keeps is its own to count);
+     * F1 still bounds the text held at any time. */
+    bool stream;
 };
 
 /* An input being read. `text` holds what was read so far, always NUL-terminated (len bytes

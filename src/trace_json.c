@@ -378,9 +378,9 @@ int ps_tj_read_file(const char *path, const char *name, const struct ps_tj_opts 
     if (!name) name = path;
     memset(meta, 0, sizeof(*meta));
     struct tj t = {.is_file = true};
-    /* factor: what is kept per byte of text is the callback's (counted there); the text held
-       is about one element, so the file itself is never the limit */
-    struct ps_file_opts fo = {.factor = 0.25, .gzip = true};
+    /* stream: the text held is about one element (J1); what the callback keeps per event it
+       counts against the memory limit itself, so the file's size is never the limit */
+    struct ps_file_opts fo = {.factor = 1, .gzip = true, .stream = true};
     int rc = ps_file_open(&t.in, path, &fo, d);
     if (rc) return rc;
     struct stat st;

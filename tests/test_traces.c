@@ -261,6 +261,12 @@ static void test_pytorch_pp_ranks(void **state)
     assert_int_equal(c.n_aligned, 16);
     assert_int_equal(c.n_dep_violations, 0);
     assert_int_equal(c.inversions, 0);
+    /* the measured lanes: stream 7 of GPU 0 and of GPU 1, 8 tasks each, in 1F1B order */
+    assert_int_equal(c.n_lanes, 2);
+    assert_true(c.lanes[0].device == 0 && c.lanes[0].stream == 7 && c.lanes[0].n_tasks == 8);
+    assert_true(c.lanes[1].device == 1 && c.lanes[1].stream == 7 && c.lanes[1].n_tasks == 8);
+    assert_int_equal(c.lane_pairs, 2 * 28);
+    assert_int_equal(c.lane_inversions, 0);
     ps_compare_finish(&c);
     ps_sim_finish(&s);
     ps_trace_read_info_finish(&in);

@@ -288,6 +288,17 @@ cJSON *ps_cmp_json(const struct ps_graph *g, const struct ps_compare *c,
         ps_json_add_int(x, "inversions", (int64_t)s->inversions);
         cJSON_AddItemToArray(ss, x);
     }
+    cJSON *ls = cJSON_AddArrayToObject(o, "measured_streams");
+    for (uint32_t k = 0; k < c->n_lanes; k++) {
+        const struct ps_compare_lane *l = &c->lanes[k];
+        cJSON *x = cJSON_CreateObject();
+        ps_json_add_int(x, "gpu", l->device);
+        ps_json_add_int(x, "cuda_stream", l->stream);
+        ps_json_add_int(x, "tasks", l->n_tasks);
+        ps_json_add_int(x, "pairs", (int64_t)l->pairs);
+        ps_json_add_int(x, "inversions", (int64_t)l->inversions);
+        cJSON_AddItemToArray(ls, x);
+    }
     cJSON *dv = cJSON_AddObjectToObject(o, "dependency_violations");
     ps_json_add_int(dv, "count", c->n_dep_violations);
     ps_json_add_int(dv, "checked", c->n_deps_checked);

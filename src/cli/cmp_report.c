@@ -81,6 +81,18 @@ void ps_cmp_print(FILE *f, const struct ps_graph *g, const struct ps_compare *c)
                 ps_stream_name(g, s->stream, st, sizeof(st)), (unsigned long long)s->inversions,
                 (unsigned long long)s->pairs);
     }
+    if (c->n_lanes) {
+        fprintf(f, "  order inversions on the measured CUDA streams: %llu of %llu pairs on %u "
+                   "stream%s\n",
+                (unsigned long long)c->lane_inversions, (unsigned long long)c->lane_pairs,
+                c->n_lanes, c->n_lanes == 1 ? "" : "s");
+        for (uint32_t k = 0; k < c->n_lanes; k++) {
+            const struct ps_compare_lane *l = &c->lanes[k];
+            fprintf(f, "    gpu %d stream %lld: %u tasks, %llu of %llu pairs\n", l->device,
+                    (long long)l->stream, l->n_tasks, (unsigned long long)l->inversions,
+                    (unsigned long long)l->pairs);
+        }
+    }
     if (!c->n_dep_violations) {
         fprintf(f, "  dependencies: all %u held in the measurement\n", c->n_deps_checked);
     } else {
