@@ -635,9 +635,8 @@ static int setup_buffers(struct xc *x, const struct ps_data *dt)
     x->loss_done = calloc((size_t)m, sizeof(bool));
     x->mb_off = calloc((size_t)m, sizeof(int64_t));
     x->h_loss = calloc((size_t)m, sizeof(double));
-    if (!x->act || !x->pact || !x->rpact || !x->grad || !x->pgrad || !x->saved || !x->live || !x->lay ||
-        !x->loss_done ||
-        !x->mb_off || !x->h_loss)
+    if (!x->act || !x->pact || !x->rpact || !x->grad || !x->pgrad || !x->saved || !x->live ||
+        !x->lay || !x->loss_done || !x->mb_off || !x->h_loss)
         return ps_diag_set(x->d, -ENOMEM, "exec", "out of memory");
     int gl = x->gpu_of_dev[gdev_of_part(x, x->n - 1)], g0 = x->gpu_of_dev[gdev_of_part(x, 0)];
     int64_t mbmax = 1;
@@ -738,8 +737,9 @@ static int setup_buffers(struct xc *x, const struct ps_data *dt)
             if (!rc && boundary(x, l)) {
                 int pg = x->lay[l - 1].gpu;
                 rc = dalloc(x, (void **)&PACT(x, i, l), bytes, pg);
-                uint32_t r = x->g->rec ? x->g->rec[(size_t)i * (size_t)x->n + (size_t)x->part_of[l - 1]]
-                                       : PS_NONE;
+                uint32_t r = x->g->rec
+                                 ? x->g->rec[(size_t)i * (size_t)x->n + (size_t)x->part_of[l - 1]]
+                                 : PS_NONE;
                 if (!rc && r != PS_NONE) rc = dalloc(x, (void **)&RPACT(x, i, l), bytes, pg);
                 if (!rc) rc = dalloc(x, (void **)&PGRAD(x, i, l), bytes, pg);
             }

@@ -27,9 +27,12 @@ void ps_waits_finish(struct ps_waits *w)
 const char *ps_wait_kind_name(enum ps_wait_kind k)
 {
     switch (k) {
-    case PS_WAIT_EVENT: return "event";
-    case PS_WAIT_BARRIER: return "barrier";
-    case PS_WAIT_GRAD: return "grad";
+    case PS_WAIT_EVENT:
+        return "event";
+    case PS_WAIT_BARRIER:
+        return "barrier";
+    case PS_WAIT_GRAD:
+        return "grad";
     }
     return "?";
 }
@@ -84,8 +87,7 @@ static int grad_producers(struct ctx *x, uint32_t k, uint32_t v, int32_t self)
     for (uint32_t q = g->in_off[v]; q < g->in_off[v + 1]; q++) {
         const struct ps_edge *e = &g->edges[g->in_edge[q]];
         uint32_t u = e->src, pu = x->o->pos[u];
-        if (e->kind != PS_EDGE_DATA || pu == UINT32_MAX || pu >= k ||
-            no_gradient(&g->nodes[u]))
+        if (e->kind != PS_EDGE_DATA || pu == UINT32_MAX || pu >= k || no_gradient(&g->nodes[u]))
             continue;
         int rc = 0;
         if (g->nodes[u].stream >= 0) {
@@ -104,7 +106,8 @@ static int keep_summary(struct ctx *x, uint32_t k)
 {
     if (x->nsum + x->nc > x->capsum) {
         uint32_t cap = x->capsum ? x->capsum : 64;
-        while (x->nsum + x->nc > cap) cap *= 2;
+        while (x->nsum + x->nc > cap)
+            cap *= 2;
         struct cand *q = realloc(x->sum, (size_t)cap * sizeof(*q));
         if (!q) return -ENOMEM;
         x->sum = q;
@@ -137,7 +140,8 @@ int ps_waits_plan(const struct ps_graph *g, const struct ps_order *o, struct ps_
     int rc = 0;
     if (!run || !reg || !x.hoff || !x.hlen || !w->sprev || !w->off || !w->at || !w->kind)
         rc = -ENOMEM;
-    for (int32_t s = 0; !rc && s < ns; s++) run[s] = reg[s] = UINT32_MAX;
+    for (int32_t s = 0; !rc && s < ns; s++)
+        run[s] = reg[s] = UINT32_MAX;
     uint32_t nw = 0;
     for (uint32_t k = 0; !rc && k < n; k++) {
         uint32_t v = o->node[k];
@@ -157,12 +161,12 @@ int ps_waits_plan(const struct ps_graph *g, const struct ps_order *o, struct ps_
         int32_t t = nd->wait_on;
         bool waits = nd->kind == PS_NODE_WAIT || nd->kind == PS_NODE_COPY;
         if (!rc && waits && t >= 0 && t < ns && reg[t] != UINT32_MAX)
-            rc = add(&x, s, reg[t],
-                     nd->kind == PS_NODE_WAIT ? PS_WAIT_EVENT : PS_WAIT_BARRIER);
+            rc = add(&x, s, reg[t], nd->kind == PS_NODE_WAIT ? PS_WAIT_EVENT : PS_WAIT_BARRIER);
         if (!rc && nd->phase == PS_PHASE_BWD) rc = grad_producers(&x, k, v, s);
         if (rc) break;
         if (nw + x.nc > cap) {
-            while (nw + x.nc > cap) cap *= 2;
+            while (nw + x.nc > cap)
+                cap *= 2;
             uint32_t *a = realloc(w->at, (size_t)cap * sizeof(uint32_t));
             if (a) w->at = a;
             uint8_t *b = realloc(w->kind, (size_t)cap);
@@ -203,8 +207,8 @@ int ps_waits_plan(const struct ps_graph *g, const struct ps_order *o, struct ps_
     return 0;
 }
 
-bool ps_waits_before(const struct ps_waits *w, const struct ps_graph *g,
-                     const struct ps_order *o, uint32_t a, uint32_t b)
+bool ps_waits_before(const struct ps_waits *w, const struct ps_graph *g, const struct ps_order *o,
+                     uint32_t a, uint32_t b)
 {
     if (a >= b || b >= w->n) return false;
     int32_t sa = g->nodes[o->node[a]].stream;
@@ -224,9 +228,10 @@ bool ps_waits_before(const struct ps_waits *w, const struct ps_graph *g,
             found = true;
             break;
         }
-        uint32_t nx[1] = {w->sprev[k]};
-        for (uint32_t q = 0; q < 1 + (w->off[k + 1] - w->off[k]); q++) {
-            uint32_t p = q == 0 ? nx[0] : w->at[w->off[k] + q - 1];
+        /* what k waits for: q = 0 its stream predecessor, then its waits */
+        uint32_t nq = w->off[k + 1] - w->off[k];
+        for (uint32_t q = 0; q <= nq; q++) {
+            uint32_t p = q == 0 ? w->sprev[k] : w->at[w->off[k] + q - 1];
             if (p == UINT32_MAX || p < a || seen[p - a]) continue;
             seen[p - a] = 1;
             stack[sp++] = p;

@@ -41,11 +41,11 @@
 enum ps_wait_kind { PS_WAIT_EVENT = 1, PS_WAIT_BARRIER, PS_WAIT_GRAD };
 
 struct ps_waits {
-    uint32_t n;       /* order entries */
-    uint32_t *sprev;  /* previous entry of the same stream, UINT32_MAX when none or no stream */
-    uint32_t *off;    /* entry k waits for the ends of at[off[k] .. off[k+1]) */
-    uint32_t *at;     /* order entries */
-    uint8_t *kind;    /* enum ps_wait_kind of each wait */
+    uint32_t n;      /* order entries */
+    uint32_t *sprev; /* previous entry of the same stream, UINT32_MAX when none or no stream */
+    uint32_t *off;   /* entry k waits for the ends of at[off[k] .. off[k+1]) */
+    uint32_t *at;    /* order entries */
+    uint8_t *kind;   /* enum ps_wait_kind of each wait */
     uint32_t n_waits;
 };
 

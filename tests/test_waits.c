@@ -13,8 +13,8 @@
 #include <cmocka.h>
 
 #include "src/analysis.h"
-#include "tests/sim_fixture.h"
 #include "src/waits.h"
+#include "tests/sim_fixture.h"
 
 #define EPS 1e-9
 
@@ -35,9 +35,12 @@ static void costs(struct fx *f, const double *fw, const double *bw, double c)
     f->cost = calloc((size_t)f->g->n_nodes + 1, sizeof(double));
     for (uint32_t v = 0; v < f->g->n_nodes; v++) {
         const struct ps_node *nd = &f->g->nodes[v];
-        if (nd->kind == PS_NODE_COMPUTE) f->cost[v] = nd->phase == PS_PHASE_FWD ? fw[nd->part] : bw[nd->part];
-        else if (nd->kind == PS_NODE_RECOMPUTE && nd->phase == PS_PHASE_BWD) f->cost[v] = fw[nd->part];
-        else if (nd->kind == PS_NODE_COPY) f->cost[v] = c;
+        if (nd->kind == PS_NODE_COMPUTE)
+            f->cost[v] = nd->phase == PS_PHASE_FWD ? fw[nd->part] : bw[nd->part];
+        else if (nd->kind == PS_NODE_RECOMPUTE && nd->phase == PS_PHASE_BWD)
+            f->cost[v] = fw[nd->part];
+        else if (nd->kind == PS_NODE_COPY)
+            f->cost[v] = c;
     }
 }
 
@@ -51,8 +54,7 @@ static void simulate(struct fx *f, struct ps_sim *s)
     assert_int_equal(rc, 0);
 }
 
-static void span(const struct fx *f, const struct ps_sim *s, const char *name, double st,
-                 double en)
+static void span(const struct fx *f, const struct ps_sim *s, const char *name, double st, double en)
 {
     uint32_t v = node(f, name);
     if (!(s->start_us[v] - st <= EPS && st - s->start_us[v] <= EPS && s->end_us[v] - en <= EPS &&
@@ -134,9 +136,9 @@ static void test_hand_worked_timeline(void **state)
  * Wo(i,0) for F(i,0); backward W'(i,1) for B(i,1), Wo'(i,0) for C'(i,1->0), and that copy's
  * barrier waits for the last entry of cs[0][i], the forward C(i,0->1). W'(i,1) is the first
  * entry that runs on cs[1][i], where the forward copy's barrier was the last thing issued, so it
- * also waits for C(i,0->1) (implied by B(i,1) here, but the rule does not look). Nothing waits for a
- * phony: C(1,0->1) does not wait for F(0,1), B(0,1) not for C'(1,1->0). The GRAD producers
- * of B(i,1) (the loss, through host-only nodes: F(.,1)) are on its own stream: no wait. */
+ * also waits for C(i,0->1) (implied by B(i,1) here, but the rule does not look). Nothing waits for
+ * a phony: C(1,0->1) does not wait for F(0,1), B(0,1) not for C'(1,1->0). The GRAD producers of
+ * B(i,1) (the loss, through host-only nodes: F(.,1)) are on its own stream: no wait. */
 static void test_plan_2x2(void **state)
 {
     (void)state;
@@ -154,11 +156,12 @@ static void test_plan_2x2(void **state)
                      ps_wait_kind_name((enum ps_wait_kind)w.kind[q]));
             strcat(got, line);
         }
-    assert_string_equal(got, "Wo(0,0)<-F(0,0):event W(0,1)<-C(0,0->1):event Wo(1,0)<-F(1,0):event "
-                             "W(1,1)<-C(1,0->1):event W'(1,1)<-C(1,0->1):barrier W'(1,1)<-B(1,1):event "
-                             "C(1,1->0)<-C(1,0->1):barrier Wo'(1,0)<-C(1,1->0):event "
-                             "W'(0,1)<-C(0,0->1):barrier W'(0,1)<-B(0,1):event C(0,1->0)<-C(0,0->1):barrier "
-                             "Wo'(0,0)<-C(0,1->0):event ");
+    assert_string_equal(
+        got, "Wo(0,0)<-F(0,0):event W(0,1)<-C(0,0->1):event Wo(1,0)<-F(1,0):event "
+             "W(1,1)<-C(1,0->1):event W'(1,1)<-C(1,0->1):barrier W'(1,1)<-B(1,1):event "
+             "C(1,1->0)<-C(1,0->1):barrier Wo'(1,0)<-C(1,1->0):event "
+             "W'(0,1)<-C(0,0->1):barrier W'(0,1)<-B(0,1):event C(0,1->0)<-C(0,0->1):barrier "
+             "Wo'(0,0)<-C(0,1->0):event ");
     ps_waits_finish(&w);
     fx_free(&f);
 }
@@ -290,7 +293,8 @@ static void data_deps(const char *sched, int m, int n, const char *ckpt, uint32_
                     if (!ps_waits_before(&w, g, &f.o, f.o.pos[u], k)) {
                         char a[64], b[64];
                         print_error("%s %s: %s is not ordered after %s\n", sched, ckpt,
-                                    ps_node_name(g, v, a, sizeof(a)), ps_node_name(g, u, b, sizeof(b)));
+                                    ps_node_name(g, v, a, sizeof(a)),
+                                    ps_node_name(g, u, b, sizeof(b)));
                         fail();
                     }
                 }
@@ -326,10 +330,8 @@ static void test_data_deps_ordered(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_hand_worked_timeline),
-        cmocka_unit_test(test_plan_2x2),
-        cmocka_unit_test(test_removed_wait),
-        cmocka_unit_test(test_reuse_hazard),
+        cmocka_unit_test(test_hand_worked_timeline), cmocka_unit_test(test_plan_2x2),
+        cmocka_unit_test(test_removed_wait),         cmocka_unit_test(test_reuse_hazard),
         cmocka_unit_test(test_data_deps_ordered),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
