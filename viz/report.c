@@ -12,6 +12,30 @@
 
 #include "viz/viz.h"
 
+/* ---- units ---------------------------------------------------------------------------------- */
+
+const char *ps_viz_time(double us, char *buf, int len)
+{
+    double a = fabs(us);
+    if (!isfinite(us)) snprintf(buf, len, "n/a");
+    else if (a >= 1e6) snprintf(buf, len, "%.3f s", us / 1e6);
+    else if (a >= 1e3) snprintf(buf, len, "%.2f ms", us / 1e3);
+    else snprintf(buf, len, "%.1f us", us);
+    return buf;
+}
+
+const char *ps_viz_bytes(double b, char *buf, int len)
+{
+    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int k = 0;
+    while (b >= 1024 && k < 4) {
+        b /= 1024;
+        k++;
+    }
+    snprintf(buf, len, k ? "%.1f %s" : "%.0f %s", b, u[k]);
+    return buf;
+}
+
 /* ---- simulation ------------------------------------------------------------------------------ */
 
 cJSON *ps_report_simulation(const struct ps_graph *g, const struct ps_sim *sim, int64_t batch)

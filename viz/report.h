@@ -36,6 +36,11 @@
 #include "src/drift.h"
 #include "src/trace_read.h"
 
+/* Human units for text and pages: "211.3 us", "35.20 ms", "1.204 s" ("n/a" when not finite);
+ * "12.3 MiB". Return buf. */
+const char *ps_viz_time(double us, char *buf, int len);
+const char *ps_viz_bytes(double b, char *buf, int len);
+
 /* "simulation": makespan, throughput, bubble, time per kind, per-device figures with the memory
  * curve, critical path. batch gives the throughput. */
 cJSON *ps_report_simulation(const struct ps_graph *g, const struct ps_sim *sim, int64_t batch);

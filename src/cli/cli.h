@@ -75,8 +75,6 @@ const char *ps_cli_arg(struct ps_cli *cli, int *k, const char *name);
 bool ps_cli_flag(struct ps_cli *cli, int k, const char *name);
 /* Parses "1,2,4,8" into a new int array; returns count or -1. */
 int ps_cli_int_list(const char *s, int **out);
-/* Human-readable bytes: "12.3 MiB". */
-const char *ps_cli_bytes(double b, char *buf, int len);
 
 int ps_cmd_check(struct ps_cli *cli);
 int ps_cmd_graph(struct ps_cli *cli);

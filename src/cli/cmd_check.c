@@ -13,6 +13,7 @@
 #include "src/study/study.h"
 #include "sim/cost.h"
 #include "viz/viz.h"
+#include "viz/report.h"
 
 static void print_checks(const struct ps_graph *g, const struct ps_analysis *a, const char *ind)
 {
@@ -49,12 +50,12 @@ static void print_memory(const struct ps_ctx *ctx, const struct ps_analysis *a,
         ps_device_format(&ctx->spec->devices[p], d, sizeof(d));
         double pa = (double)a->mem[k].peak_bytes;
         if (!b) {
-            printf("  %-8s %s\n", d, ps_cli_bytes(pa, x, sizeof(x)));
+            printf("  %-8s %s\n", d, ps_viz_bytes(pa, x, sizeof(x)));
             continue;
         }
         double pb = (double)b->mem[k].peak_bytes;
-        printf("  %-8s %s -> %s (%+.0f%%)\n", d, ps_cli_bytes(pa, x, sizeof(x)),
-               ps_cli_bytes(pb, y, sizeof(y)), pa > 0 ? 100.0 * (pb - pa) / pa : 0.0);
+        printf("  %-8s %s -> %s (%+.0f%%)\n", d, ps_viz_bytes(pa, x, sizeof(x)),
+               ps_viz_bytes(pb, y, sizeof(y)), pa > 0 ? 100.0 * (pb - pa) / pa : 0.0);
     }
 }
 

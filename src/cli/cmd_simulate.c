@@ -32,7 +32,7 @@ static void print_run(const struct ps_spec *s, const struct ps_study_sim *r, con
         const struct ps_sim_device *dv = &sim->dev[d];
         printf("  %-8s busy %.3f us, bubble %.4f, peak %s at %.3f us, in flight %u\n",
                ps_viz_device_name(g, d, b2, sizeof(b2)), dv->busy_us, dv->bubble_fraction,
-               ps_cli_bytes((double)dv->peak_bytes, b1, sizeof(b1)), dv->peak_t_us,
+               ps_viz_bytes((double)dv->peak_bytes, b1, sizeof(b1)), dv->peak_t_us,
                dv->max_in_flight);
     }
     printf("  forward %.3f us, backward %.3f us, recompute %.3f us (%.1f%% of backward, "

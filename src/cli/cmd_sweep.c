@@ -18,6 +18,7 @@
 #include "src/cli/cli.h"
 #include "src/study/study.h"
 #include "viz/viz.h"
+#include "viz/report.h"
 
 static int parse_names(const char *s, const char *const *names, int n_names, int *out, int max)
 {
@@ -136,7 +137,7 @@ int ps_cmd_sweep(struct ps_cli *cli)
                     char mb[32];
                     printf("%-17s %-11s %6d %4d %14.3f %14.1f %8.4f %12s %9.1f%%\n",
                            scheds[sc[a]], ckpts[ck[b]], chunks[c], o.mb_count, r->makespan,
-                           r->throughput, r->bubble, ps_cli_bytes((double)r->peak, mb, sizeof(mb)),
+                           r->throughput, r->bubble, ps_viz_bytes((double)r->peak, mb, sizeof(mb)),
                            100 * r->recompute);
                     fflush(stdout);
                 }

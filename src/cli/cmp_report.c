@@ -8,15 +8,6 @@
 
 #include "viz/viz.h"
 
-const char *ps_cli_time(double us, char *buf, int len)
-{
-    double a = fabs(us);
-    if (!isfinite(us)) snprintf(buf, len, "n/a");
-    else if (a >= 1e6) snprintf(buf, len, "%.3f s", us / 1e6);
-    else if (a >= 1e3) snprintf(buf, len, "%.2f ms", us / 1e3);
-    else snprintf(buf, len, "%.1f us", us);
-    return buf;
-}
 
 static const char *pct(double v, char *buf, int len, bool sign)
 {
@@ -55,15 +46,15 @@ void ps_cmp_print(FILE *f, const struct ps_graph *g, const struct ps_compare *c)
     char a[32], b[32], x[32], nm[64];
     fprintf(f, "  makespan: measured %s, simulated %s, error %s ((measured - simulated) / "
                "measured)\n",
-            ps_cli_time(c->meas_makespan_us, a, sizeof(a)),
-            ps_cli_time(c->sim_makespan_us, b, sizeof(b)),
+            ps_viz_time(c->meas_makespan_us, a, sizeof(a)),
+            ps_viz_time(c->sim_makespan_us, b, sizeof(b)),
             pct(c->makespan_error, x, sizeof(x), true));
     fprintf(f, "  aligned: %u nodes; %u tasks only simulated, %u only measured, %u measured "
                "names not in the graph\n",
             c->n_aligned, c->n_sim_only, c->n_meas_only, c->n_unmatched);
     if (c->start.n) {
-        fprintf(f, "  start error:    median %s, p95 %s,", ps_cli_time(c->start.median, a, sizeof(a)),
-                ps_cli_time(c->start.p95, b, sizeof(b)));
+        fprintf(f, "  start error:    median %s, p95 %s,", ps_viz_time(c->start.median, a, sizeof(a)),
+                ps_viz_time(c->start.p95, b, sizeof(b)));
         worst(f, g, c, &c->start, false);
         fprintf(f, "  duration error: median %s, p95 %s,", pct(c->dur_rel.median, a, sizeof(a), false),
                 pct(c->dur_rel.p95, b, sizeof(b), false));
@@ -169,22 +160,22 @@ void ps_calib_print(FILE *f, const struct ps_calib *cal)
     fprintf(f, "  fit: %u observations (%u outliers), %u parameters, rank %u, rms residual "
                "%s\n",
             cal->n_obs, cal->n_trimmed, cal->n_params, cal->rank,
-            ps_cli_time(cal->rms_us, a, sizeof(a)));
+            ps_viz_time(cal->rms_us, a, sizeof(a)));
     for (int j = 0; j < cal->n_parts; j++)
         fprintf(f, "  partition %d: forward %s, backward %s per sample\n", j,
-                isfinite(cal->part_fwd_us[j]) ? ps_cli_time(cal->part_fwd_us[j], a, sizeof(a)) : "not measured",
-                isfinite(cal->part_bwd_us[j]) ? ps_cli_time(cal->part_bwd_us[j], b, sizeof(b)) : "not measured");
+                isfinite(cal->part_fwd_us[j]) ? ps_viz_time(cal->part_fwd_us[j], a, sizeof(a)) : "not measured",
+                isfinite(cal->part_bwd_us[j]) ? ps_viz_time(cal->part_bwd_us[j], b, sizeof(b)) : "not measured");
     if (cal->fitted[PS_CAL_BANDWIDTH])
         fprintf(f, "  copy bandwidth %.4g GB/s\n", cal->value[PS_CAL_BANDWIDTH] / 1e9);
     else
         fprintf(f, "  copy bandwidth: not identifiable from this trace (kept the spec's)\n");
     if (cal->fitted[PS_CAL_LATENCY])
-        fprintf(f, "  copy latency %s\n", ps_cli_time(cal->value[PS_CAL_LATENCY], a, sizeof(a)));
+        fprintf(f, "  copy latency %s\n", ps_viz_time(cal->value[PS_CAL_LATENCY], a, sizeof(a)));
     else
         fprintf(f, "  copy latency: not identifiable from this trace (kept the spec's)\n");
     if (cal->fitted[PS_CAL_LAUNCH])
         fprintf(f, "  launch overhead %s (from %u host-bound starts)\n",
-                ps_cli_time(cal->value[PS_CAL_LAUNCH], a, sizeof(a)), cal->n_host_bound);
+                ps_viz_time(cal->value[PS_CAL_LAUNCH], a, sizeof(a)), cal->n_host_bound);
     else
         fprintf(f, "  launch overhead: not identifiable from this trace (kept the spec's)\n");
 }

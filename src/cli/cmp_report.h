@@ -12,9 +12,6 @@
 #include "sim/calibrate.h"
 #include "viz/report.h"
 
-/* "211.3 us", "35.20 ms", "1.204 s" */
-const char *ps_cli_time(double us, char *buf, int len);
-
 /* The readable summary (indented two spaces), without a title line. */
 void ps_cmp_print(FILE *f, const struct ps_graph *g, const struct ps_compare *c);
 /* One line: "makespan error +12.3%, duration error p95 8.1%, 0 inversions". */

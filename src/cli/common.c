@@ -132,15 +132,3 @@ int ps_cli_int_list(const char *s, int **out)
     *out = v;
     return k;
 }
-
-const char *ps_cli_bytes(double b, char *buf, int len)
-{
-    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int k = 0;
-    while (b >= 1024 && k < 4) {
-        b /= 1024;
-        k++;
-    }
-    snprintf(buf, len, k ? "%.1f %s" : "%.0f %s", b, u[k]);
-    return buf;
-}

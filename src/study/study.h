@@ -22,6 +22,9 @@
 #include "sim/sim.h"
 #include "src/analysis.h"
 #include "src/drift.h"
+#include "kernels/exec.h"
+#include "sim/calibrate.h"
+#include "src/compare.h"
 #include "src/schedule.h"
 
 /* ---- simulate.c ---------------------------------------------------------------------------- */
@@ -80,4 +83,119 @@ void ps_study_whatif_finish(struct ps_whatif *w); /* accepts a zeroed struct */
  * setting that fails names its chunks/policy/checkpoint). */
 int ps_drift_run(const struct ps_spec *spec, const struct ps_model *model,
                  const struct ps_drift_opts *o, struct ps_drift *out, struct ps_diag *d);
+/* ---- diagnose.c, report.c ----------------------------------------------------------------- */
+
+/* diagnose: everything this machine can find out about a spec, one phase per function. The
+ * command calls them in order (check, simulate, execute, drift, adaptation, write) and may time
+ * or report each; a phase needs the ones before it. Warnings (a backend that failed, a drift
+ * sweep that could not run) are results, kept in warn[] for the command to print. */
+/* Progress of a long phase, for a command to show (every hook may be NULL). */
+struct ps_study_progress {
+    void *ctx;
+    void (*begin)(void *ctx, const char *phase);
+    /* frac in [0, 1]; i/n (n > 0) counts `unit`s */
+    void (*update)(void *ctx, double frac, int i, int n, const char *unit);
+    void (*end)(void *ctx, const char *how);
+};
+
+struct ps_diagnose_opts {
+    const char *costs_path;  /* --costs, or NULL for the spec's */
+    const int *chunks;       /* drift's chunks, NULL = 1, 2, 4, ... up to the batch */
+    int n_chunks;
+    int steps;               /* 0 = the spec's */
+    bool drift;              /* run the drift sweep (when the model has BatchNorm) */
+    double budget_s;         /* time budget of the whole diagnose, s; <= 0: --full */
+    const char *outdir;      /* -o DIR, for the commands the findings suggest */
+    struct ps_study_progress progress;
+};
+
+/* The time budget (about 60 s of work on 2 cores by default). The CPU run is watched through the
+ * executor's progress hook: once it has run for a second, the work done so far gives its total
+ * time; when that ends past the phase's deadline (plus a quarter of the phase's share of the
+ * budget) the run stops and is retried with one step, or skipped. The drift sweep is planned
+ * from the CPU run's measured step time: fewer steps per setting first, then fewer chunk values
+ * (the spec's own first). Every reduction is written down with the command that runs the rest. */
+#define PS_DIAGNOSE_MAX_REDUCED 6
+struct ps_diagnose_budget {
+    double t0;               /* start of diagnose (s, monotonic) */
+    double deadline;         /* the watched phase must end by this (absolute, s) */
+    double slack;            /* tolerance beyond the deadline, s */
+    double phase_t0;         /* start of the watched phase */
+    bool stopped;            /* the hook stopped a run */
+    double eta_total;        /* the stopped run's estimated total time, s */
+    int n_reduced;
+    char reduced[PS_DIAGNOSE_MAX_REDUCED][400];
+};
+
+struct ps_diagnose_run {
+    const char *name;        /* "cpu", "cuda" */
+    bool ok;
+    char why[512];           /* not run: why */
+    struct ps_exec_result res;
+    struct ps_compare cmp;   /* against the simulation */
+    bool have_cmp;
+};
+
+#define PS_DIAGNOSE_MAX_FINDINGS 16
+#define PS_DIAGNOSE_MAX_WARN 4
+
+struct ps_diagnose {
+    const struct ps_spec *spec;
+    const struct ps_model *model;
+    const struct ps_graph *g;          /* the spec's graph and its engine order */
+    const struct ps_order *order;
+    struct ps_diagnose_opts opts;
+    struct ps_diagnose_budget bud;
+    int run_steps;                     /* the steps a run trains (opts.steps, else the spec's) */
+    struct ps_costs *costs;            /* NULL: roofline */
+    /* check */
+    double *roofline;
+    struct ps_analysis an;
+    struct ps_whatif nophony;
+    /* simulate */
+    struct ps_study_sim sim;
+    /* execute */
+    struct ps_diagnose_run runs[2];    /* cpu, cuda */
+    bool have_cal;                     /* costs calibrated to the CPU run, simulated again */
+    struct ps_calib cal;
+    struct ps_study_sim sim_cal;
+    struct ps_compare cmp_cal;
+    /* drift */
+    bool has_bn;
+    bool have_drift;
+    char drift_why[1024];
+    struct ps_drift dr;
+    /* BN adaptation: the fewest updates a BN layer got in one forward-only pass (-1: not run) */
+    int adapt_updates, adapt_layer;
+    /* results in words */
+    int n_findings;
+    char findings[PS_DIAGNOSE_MAX_FINDINGS][512];
+    int n_warn;
+    char warn[PS_DIAGNOSE_MAX_WARN][1100];
+};
+
+/* Loads the costs (0 or a negative errno with diag). The spec, model, graph and order stay the
+ * caller's and must outlive dg. */
+int ps_diagnose_init(struct ps_diagnose *dg, const struct ps_spec *spec,
+                     const struct ps_model *model, const struct ps_graph *g,
+                     const struct ps_order *order, const struct ps_diagnose_opts *opts,
+                     struct ps_diag *diag);
+/* Static checks on the spec's graph (roofline costs) and the no-phony what-if. */
+int ps_diagnose_check(struct ps_diagnose *dg, struct ps_diag *diag);
+/* The simulated timeline with the costs. */
+int ps_diagnose_simulate(struct ps_diagnose *dg, struct ps_diag *diag);
+/* A real run on the CPU, and on CUDA when there is one, each compared with the simulation; the
+ * costs calibrated to the CPU run and simulated again. Never fails: a run that cannot happen
+ * says why in runs[b].why. */
+void ps_diagnose_execute(struct ps_diagnose *dg);
+/* The BatchNorm drift sweep (plain and deferred BN over chunks), when asked and the model has
+ * BatchNorm. */
+void ps_diagnose_drift(struct ps_diagnose *dg);
+/* One forward-only train-mode pass of the spec as it is (does it adapt BN statistics). */
+void ps_diagnose_adaptation(struct ps_diagnose *dg);
+/* report.c: the findings (dg->findings), index.html, report.json, traces, pictures and the
+ * calibrated costs file, into the folder dir. 0 or a negative errno with diag. */
+int ps_diagnose_write(struct ps_diagnose *dg, const char *dir, struct ps_diag *diag);
+void ps_diagnose_finish(struct ps_diagnose *dg); /* accepts a zeroed struct */
+
 #endif
