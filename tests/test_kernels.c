@@ -173,6 +173,35 @@ static void test_sgemm_threads_bitwise(void **state)
     free(a), free(b), free(c1), free(c2);
 }
 
+/* A pre-packed left operand gives the same bits as packing it per call, with one or several
+ * threads (row slices start inside the packed blocks), B as a matrix. */
+static void test_sgemm_apacked(void **state)
+{
+    (void)state;
+    static const size_t sizes[][3] = {{7, 9, 5}, {130, 129, 300}, {300, 40, 520}, {9, 2100, 40}};
+    for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++)
+        for (int t = 0; t < 2; t++) {
+            size_t m = sizes[s][0], n = sizes[s][1], k = sizes[s][2];
+            bool ta = t & 1;
+            float *a = zeros(m * k), *b = zeros(k * n), *c1 = zeros(m * n), *c2 = zeros(m * n);
+            fill(a, m * k, 9);
+            fill(b, k * n, 10);
+            struct ps_cpu_apack ap;
+            assert_int_equal(ps_cpu_apack_make(&ap, ta, m, k, a, ta ? m : k), 0);
+            for (int threads = 1; threads <= 3; threads += 2) {
+                ps_cpu_set_threads(threads);
+                assert_int_equal(ps_cpu_sgemm(ta, false, m, n, k, 1.25f, a, ta ? m : k, b, n,
+                                              0.0f, c1, n),
+                                 0);
+                assert_int_equal(ps_cpu_sgemm_apacked(&ap, n, 1.25f, b, n, NULL, 0.0f, c2, n), 0);
+                assert_memory_equal(c1, c2, m * n * sizeof(float));
+            }
+            ps_cpu_set_threads(0);
+            ps_cpu_apack_free(&ap);
+            free(a), free(b), free(c1), free(c2);
+        }
+}
+
 /* The AVX-512 kernel does the FMA kernel's operations element for element: equal bits, on
  * shapes with clipped tiles, several K blocks and N blocks, every transpose. Skipped where the
  * CPU lacks AVX-512. */
@@ -754,7 +783,7 @@ int main(void)
 #define T(f) cmocka_unit_test_teardown(f, teardown)
     const struct CMUnitTest tests[] = {
         T(test_sgemm),           T(test_sgemm_threads_bitwise),
-        T(test_sgemm_kernels_bitwise), T(test_linear),
+        T(test_sgemm_kernels_bitwise), T(test_sgemm_apacked), T(test_linear),
         T(test_conv2d),          T(test_conv2d_vs_direct),      T(test_conv2d_bad_shape),
         T(test_bn1d_momentum),   T(test_bn1d_cumulative),       T(test_bn2d_momentum),
         T(test_bn2d_cumulative), T(test_bn_no_track),           T(test_bn_deferred_commit),

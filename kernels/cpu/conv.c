@@ -14,7 +14,8 @@
  * col is implicit: the sgemm asks for packed panels of col or col^T (ps_cpu_sgemm_bsource) and
  * col_run writes them straight from the image into the gemm's cache-sized packing buffer, so
  * the K x P matrix (85 MB for 64 channels at 192x192) is never stored or read back from memory.
- * Only the strided dx fallback stores dcol.
+ * Only the strided dx fallback stores dcol. The weights (the left operand of the forward and dx
+ * products) are packed once per call for all samples (ps_cpu_apack).
  * Invariants: buffers are per call (malloc, freed before return); samples are processed in
  * order, so results do not depend on the thread count (the sgemm splits C, never K).
  */
@@ -197,16 +198,18 @@ int ps_cpu_conv2d_forward(const struct ps_conv2d_shape *s, const float *x, const
     size_t oh = ps_cpu_conv2d_out_h(s), ow = ps_cpu_conv2d_out_w(s), p = oh * ow;
     size_t k = s->c_in * s->kh * s->kw;
     bool direct = s->kh == 1 && s->kw == 1 && s->stride == 1 && s->padding == 0;
+    struct ps_cpu_apack wp; /* the weights, packed once for every sample */
+    rc = ps_cpu_apack_make(&wp, false, s->c_out, k, w, k);
     for (size_t n = 0; n < s->n && rc == 0; n++) {
         const float *xn = x + n * s->c_in * s->h * s->w;
         float *yn = y + n * s->c_out * p;
         struct colsrc cs = {s, xn, oh, ow};
         struct ps_cpu_bsource src = {pack_col, &cs};
-        rc = direct ? ps_cpu_sgemm(false, false, s->c_out, p, k, 1.0f, w, k, xn, p, 0.0f, yn, p)
-                    : ps_cpu_sgemm_bsource(false, s->c_out, p, k, 1.0f, w, k, &src, 0.0f, yn, p);
+        rc = ps_cpu_sgemm_apacked(&wp, p, 1.0f, xn, p, direct ? NULL : &src, 0.0f, yn, p);
         if (b && rc == 0)
             for (size_t c = 0; c < s->c_out; c++) add_bias(yn + c * p, p, b[c]);
     }
+    ps_cpu_apack_free(&wp);
     if (rc < 0) return ps_diag_set(d, rc, "conv2d", "out of memory in sgemm");
     return 0;
 }
@@ -235,14 +238,15 @@ static int conv_dx(const struct ps_conv2d_shape *s, const float *w, const float 
     size_t ph = s->kh - 1 - s->padding;
     t.padding = ph; /* square kernels in this executor: kh == kw, one padding */
     size_t p = s->h * s->w, k = s->c_out * kk;
-    int rc = 0;
+    struct ps_cpu_apack wp;
+    int rc = ps_cpu_apack_make(&wp, false, s->c_in, k, wt, k);
+    free(wt);
     for (size_t n = 0; n < s->n && rc == 0; n++) {
         struct colsrc cs = {&t, dy + n * s->c_out * oh * ow, s->h, s->w};
         struct ps_cpu_bsource src = {pack_col, &cs};
-        rc = ps_cpu_sgemm_bsource(false, s->c_in, p, k, 1.0f, wt, k, &src, 0.0f,
-                                  dx + n * s->c_in * p, p);
+        rc = ps_cpu_sgemm_apacked(&wp, p, 1.0f, NULL, 0, &src, 0.0f, dx + n * s->c_in * p, p);
     }
-    free(wt);
+    ps_cpu_apack_free(&wp);
     return rc;
 }
 

@@ -93,6 +93,8 @@ struct gemm_args {
     size_t nb;      /* width of a packed B panel: NR, or NB512 for the AVX-512 kernel */
     const struct ps_cpu_bsource *bs; /* B packs itself (b unused), or NULL */
     size_t j_off;                    /* with bs: this slice's first column of op(B) */
+    const struct ps_cpu_apack *ap;   /* op(A) packed once (a unused), or NULL */
+    size_t a_row0;                   /* with ap: this slice's first row of op(A) */
 };
 
 /* The macro-kernels this machine can run (chosen once, see kernel_kind). */
@@ -307,19 +309,52 @@ int ps_cpu_gemm_use(const char *name)
     return -ENOTSUP;
 }
 
-static void macro_kernel(const struct gemm_args *g, size_t mc, size_t nc, size_t kc, float *c)
+static void macro_kernel(const struct gemm_args *g, size_t mc, size_t nc, size_t kc,
+                         const float *pa, float *c)
 {
     switch (g->nb == NB512 ? GEMM_AVX512 : kernel_kind() == GEMM_PLAIN ? GEMM_PLAIN : GEMM_FMA) {
 #if HAVE_FMA_CLONE
-    case GEMM_AVX512: macro_kernel_avx512(mc, nc, kc, g->pa, g->pb, c, g->ldc, g->alpha); return;
-    case GEMM_FMA: macro_kernel_fma(mc, nc, kc, g->pa, g->pb, c, g->ldc, g->alpha); return;
+    case GEMM_AVX512: macro_kernel_avx512(mc, nc, kc, pa, g->pb, c, g->ldc, g->alpha); return;
+    case GEMM_FMA: macro_kernel_fma(mc, nc, kc, pa, g->pb, c, g->ldc, g->alpha); return;
 #else
     case GEMM_AVX512:
     case GEMM_FMA:
 #endif
     case GEMM_PLAIN: break;
     }
-    macro_kernel_plain(mc, nc, kc, g->pa, g->pb, c, g->ldc, g->alpha);
+    macro_kernel_plain(mc, nc, kc, pa, g->pb, c, g->ldc, g->alpha);
+}
+
+static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
+
+/* Pre-packed op(A): K block q (rows p0 = q*KC .. of op(A)'s K) starts at q * KC * round_up(m, MR);
+ * inside it, rows i .. i+MR-1 are the panel at i * kc, as pack_a writes them. */
+static const float *packed_block(const struct ps_cpu_apack *ap, size_t row, size_t p0, size_t kc)
+{
+    return ap->buf + (p0 / KC) * KC * round_up(ap->m, MR) + row * kc;
+}
+
+int ps_cpu_apack_make(struct ps_cpu_apack *ap, bool trans_a, size_t m, size_t k, const float *a,
+                      size_t lda)
+{
+    memset(ap, 0, sizeof(*ap));
+    size_t m8 = round_up(m ? m : 1, MR);
+    ap->buf = aligned_alloc(64, round_up(m8 * (k ? k : 1) * sizeof(float), 64));
+    if (!ap->buf) return -ENOMEM;
+    ap->m = m;
+    ap->k = k;
+    struct gemm_args g = {.ta = trans_a, .a = a, .lda = lda};
+    for (size_t p0 = 0; p0 < k; p0 += KC) {
+        size_t kc = k - p0 < KC ? k - p0 : KC;
+        pack_a(&g, 0, m, p0, kc, (float *)packed_block(ap, 0, p0, kc));
+    }
+    return 0;
+}
+
+void ps_cpu_apack_free(struct ps_cpu_apack *ap)
+{
+    free(ap->buf);
+    memset(ap, 0, sizeof(*ap));
 }
 
 static void gemm_serial(const struct gemm_args *g)
@@ -339,8 +374,9 @@ static void gemm_serial(const struct gemm_args *g)
             pack_b(g, jc, nc, pc, kc, g->pb);
             for (size_t ic = 0; ic < g->m; ic += MC) {
                 size_t mc = g->m - ic < MC ? g->m - ic : MC;
-                pack_a(g, ic, mc, pc, kc, g->pa);
-                macro_kernel(g, mc, nc, kc, g->c + ic * g->ldc + jc);
+                const float *pa = g->ap ? packed_block(g->ap, g->a_row0 + ic, pc, kc) : g->pa;
+                if (!g->ap) pack_a(g, ic, mc, pc, kc, g->pa);
+                macro_kernel(g, mc, nc, kc, pa, g->c + ic * g->ldc + jc);
             }
         }
     }
@@ -352,8 +388,6 @@ static void *gemm_thread(void *arg)
     return NULL;
 }
 
-static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
-
 static size_t pack_floats(size_t n, size_t nb)
 {
     /* rounded to 16 floats so every slice's buffers start 64-byte aligned */
@@ -361,13 +395,13 @@ static size_t pack_floats(size_t n, size_t nb)
 }
 
 static int sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
-                 const float *a, size_t lda, const float *b, size_t ldb,
-                 const struct ps_cpu_bsource *bs, float beta, float *c, size_t ldc)
+                 const float *a, size_t lda, const struct ps_cpu_apack *ap, const float *b,
+                 size_t ldb, const struct ps_cpu_bsource *bs, float beta, float *c, size_t ldc)
 {
     if (m == 0 || n == 0) return 0;
     size_t nb = kernel_kind() == GEMM_AVX512 ? NB512 : NR;
     struct gemm_args base = {trans_a, trans_b, m, n, k, alpha, a, b, lda, ldb, beta, c, ldc,
-                             NULL, NULL, nb, bs, 0};
+                             NULL, NULL, nb, bs, 0, ap, 0};
     size_t nt = 1;
     if (m * n * k >= PAR_MIN_WORK) nt = (size_t)ps_cpu_threads();
     /* Split the longer side of C into slices of whole tiles. */
@@ -385,7 +419,8 @@ static int sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float
         size_t lo = t * per, hi = lo + per < side ? lo + per : side;
         if (split_rows) {
             parts[t].m = hi - lo;
-            parts[t].a = trans_a ? a + lo : a + lo * lda;
+            if (!ap) parts[t].a = trans_a ? a + lo : a + lo * lda;
+            parts[t].a_row0 = lo;
             parts[t].c = c + lo * ldc;
         } else {
             parts[t].n = hi - lo;
@@ -422,12 +457,19 @@ int ps_cpu_sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float
                  const float *a, size_t lda, const float *b, size_t ldb, float beta, float *c,
                  size_t ldc)
 {
-    return sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, NULL, beta, c, ldc);
+    return sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, NULL, b, ldb, NULL, beta, c, ldc);
+}
+
+int ps_cpu_sgemm_apacked(const struct ps_cpu_apack *a, size_t n, float alpha, const float *b,
+                         size_t ldb, const struct ps_cpu_bsource *bs, float beta, float *c,
+                         size_t ldc)
+{
+    return sgemm(false, false, a->m, n, a->k, alpha, NULL, 0, a, b, ldb, bs, beta, c, ldc);
 }
 
 int ps_cpu_sgemm_bsource(bool trans_a, size_t m, size_t n, size_t k, float alpha, const float *a,
                          size_t lda, const struct ps_cpu_bsource *b, float beta, float *c,
                          size_t ldc)
 {
-    return sgemm(trans_a, false, m, n, k, alpha, a, lda, NULL, 0, b, beta, c, ldc);
+    return sgemm(trans_a, false, m, n, k, alpha, a, lda, NULL, NULL, 0, b, beta, c, ldc);
 }

@@ -59,6 +59,21 @@ int ps_cpu_sgemm_bsource(bool trans_a, size_t m, size_t n, size_t k, float alpha
                          size_t lda, const struct ps_cpu_bsource *b, float beta, float *c,
                          size_t ldc);
 
+/* op(A) [M,K] packed once for several products with the same left operand (conv2d's weights
+ * over the samples of a micro-batch): the gemm then reads its panels instead of packing them per
+ * call and per column block. Same arithmetic, same bits. ps_cpu_sgemm_apacked takes B as a
+ * matrix [K,N] (b, ldb) or, when bs is not NULL, from its source. make returns 0 or -ENOMEM. */
+struct ps_cpu_apack {
+    size_t m, k;
+    float *buf;
+};
+int ps_cpu_apack_make(struct ps_cpu_apack *ap, bool trans_a, size_t m, size_t k, const float *a,
+                      size_t lda);
+void ps_cpu_apack_free(struct ps_cpu_apack *ap); /* accepts a zeroed struct */
+int ps_cpu_sgemm_apacked(const struct ps_cpu_apack *a, size_t n, float alpha, const float *b,
+                         size_t ldb, const struct ps_cpu_bsource *bs, float beta, float *c,
+                         size_t ldc);
+
 /* ---- linear (linear.c): y[N,out] = x[N,in] W^T + b, W is [out,in] like PyTorch ------------ */
 
 int ps_cpu_linear_forward(const float *x, const float *w, const float *b, float *y, size_t n,
