@@ -577,3 +577,101 @@ char *ps_plan_stuck(const struct ps_graph *g, const struct ps_order *o)
     }
     return out;
 }
+
+/* the plan action a node belongs to: its stage, micro-batch and PyTorch kind letter (the waits
+   and copies of an action belong to it; B is written I when its cell has a weight-gradient node) */
+static char action_kind(const struct ps_graph *g, uint32_t v)
+{
+    const struct ps_node *nd = &g->nodes[v];
+    if (nd->phase == PS_PHASE_FWD) return 'F';
+    if (nd->kind == PS_NODE_WGRAD) return 'W';
+    if (g->bwd && nd->mb >= 0 && nd->part >= 0) {
+        uint32_t b = g->bwd[(size_t)nd->mb * g->n + nd->part];
+        for (uint32_t k = b == PS_NONE ? 0 : g->out_off[b]; b != PS_NONE && k < g->out_off[b + 1]; k++)
+            if (g->nodes[g->edges[g->out_edge[k]].dst].kind == PS_NODE_WGRAD) return 'I';
+    }
+    return 'B';
+}
+
+static bool same_action(const struct ps_graph *g, uint32_t a, uint32_t b)
+{
+    const struct ps_node *x = &g->nodes[a], *y = &g->nodes[b];
+    return x->part == y->part && x->mb == y->mb && action_kind(g, a) == action_kind(g, b);
+}
+
+char *ps_plan_cycle(const struct ps_graph *g, const struct ps_order *o)
+{
+    uint32_t nv = g->n_nodes, start = PS_NONE;
+    for (uint32_t v = 0; v < nv && start == PS_NONE; v++)
+        if (o->pos[v] == UINT32_MAX && ps_node_is_task(&g->nodes[v])) start = v;
+    if (start == PS_NONE) return NULL;
+    /* every node left out of the order has a predecessor left out too (Kahn's algorithm stopped
+       before it), so walking back through such predecessors must meet a node twice */
+    uint32_t *seen = malloc(((size_t)nv + 1) * sizeof(uint32_t));
+    uint32_t *path = malloc(((size_t)nv + 1) * sizeof(uint32_t));
+    uint8_t *ek = malloc((size_t)nv + 1); /* ek[k]: kind of the edge path[k] -> path[k-1] */
+    if (!seen || !path || !ek) {
+        free(seen);
+        free(path);
+        free(ek);
+        return NULL;
+    }
+    for (uint32_t v = 0; v < nv; v++) seen[v] = UINT32_MAX;
+    uint32_t n = 0, v = start;
+    uint8_t kind = PS_EDGE_DATA;
+    while (seen[v] == UINT32_MAX) {
+        seen[v] = n;
+        ek[n] = kind;
+        path[n++] = v;
+        uint32_t next = PS_NONE;
+        for (uint32_t k = g->in_off[v]; k < g->in_off[v + 1] && next == PS_NONE; k++) {
+            const struct ps_edge *e = &g->edges[g->in_edge[k]];
+            if (order_edge(e) && o->pos[e->src] == UINT32_MAX) next = e->src, kind = e->kind;
+        }
+        if (next == PS_NONE) break; /* cannot happen after -EDEADLK; guards the loop */
+        v = next;
+    }
+    uint8_t close = kind; /* the edge path[first] -> path[n-1] that closes the cycle */
+    /* path[seen[v]..n) walked backwards is the cycle; list its actions in dependency order,
+       one entry per action */
+    uint32_t first = seen[v] == UINT32_MAX ? 0 : seen[v];
+    size_t cap = 128 + (size_t)(n - first) * 96, len = 0;
+    char *out = malloc(cap);
+    if (!out) {
+        free(seen);
+        free(path);
+        return NULL;
+    }
+    out[0] = 0;
+    /* a host edge is the rank's own list order; data (and phony) edges are needs */
+    uint32_t prev = PS_NONE, head = PS_NONE;
+    for (uint32_t k = n; k-- > first;) {
+        uint32_t x = path[k];
+        if (prev != PS_NONE && same_action(g, prev, x)) continue;
+        const struct ps_node *nd = &g->nodes[x];
+        uint8_t in = k + 1 < n ? ek[k + 1] : close; /* the head's link is printed last */
+        int w;
+        if (prev == PS_NONE) {
+            head = x;
+            w = snprintf(out + len, cap - len, "%d%c%d on rank %d (its step %d)", nd->part,
+                         action_kind(g, x), nd->mb, nd->device, nd->tick);
+        } else {
+            w = snprintf(out + len, cap - len,
+                         in == PS_EDGE_HOST ? ", then %d%c%d in rank %d's list (step %d)"
+                                            : ", needed by %d%c%d on rank %d (its step %d)",
+                         nd->part, action_kind(g, x), nd->mb, nd->device, nd->tick);
+        }
+        if (w > 0 && (size_t)w < cap - len) len += (size_t)w;
+        prev = x;
+    }
+    if (head != PS_NONE) {
+        int w = snprintf(out + len, cap - len, ", %s %d%c%d again",
+                         close == PS_EDGE_HOST ? "then" : "needed by", g->nodes[head].part,
+                         action_kind(g, head), g->nodes[head].mb);
+        if (w > 0 && (size_t)w < cap - len) len += (size_t)w;
+    }
+    free(seen);
+    free(path);
+    free(ek);
+    return out;
+}

@@ -94,5 +94,11 @@ int ps_plan_order(const struct ps_graph *g, struct ps_order *o, struct ps_diag *
 /* After -EDEADLK: one line per stage with a stuck action, "stage 1: F(1,1) (action 2) waits for
  * F(1,0)". Returns a malloc'ed string (empty when nothing is stuck) or NULL. */
 char *ps_plan_stuck(const struct ps_graph *g, const struct ps_order *o);
+/* After -EDEADLK: the cycle of waits that blocks the plan, in PyTorch's action names and in
+ * dependency order ("0F2 on rank 0 (its step 6), needed by 1F2 on rank 1 (its step 4), then 1B1
+ * in rank 1's list (step 5), ..., needed by 0F2 again"): each action needs the one before it,
+ * across ranks through data, within a rank through its list order. Malloc'ed, NULL when nothing
+ * is stuck or out of memory. */
+char *ps_plan_cycle(const struct ps_graph *g, const struct ps_order *o);
 
 #endif

@@ -68,6 +68,9 @@ int ps_ctx_load(struct ps_ctx *ctx, const struct ps_cli *cli, const struct ps_va
 /* Rebuilds graph and order with other options on the same spec. */
 int ps_ctx_rebuild(struct ps_ctx *ctx, const struct ps_variant *opts, struct ps_diag *d);
 void ps_ctx_finish(struct ps_ctx *ctx);
+/* Replaces the graph and order by those of the plan in PATH (PyTorch's schedule CSV or a JSON
+ * plan). -EDEADLK when the plan cannot run, with *cycle (malloc'ed) the cycle of waits. */
+int ps_ctx_use_plan(struct ps_ctx *ctx, const char *path, char **cycle, struct ps_diag *d);
 
 /* Argument helpers for cmd_*.c: "--name value" or "--name=value". Returns the value and advances
  * *k, or NULL when argv[*k] is not that option. */
@@ -81,6 +84,7 @@ int ps_cmd_graph(struct ps_cli *cli);
 int ps_cmd_simulate(struct ps_cli *cli);
 int ps_cmd_sweep(struct ps_cli *cli);
 int ps_cmd_balance(struct ps_cli *cli);
+int ps_cmd_schedule(struct ps_cli *cli);
 int ps_cmd_run(struct ps_cli *cli);
 int ps_cmd_compare(struct ps_cli *cli);
 int ps_cmd_diagnose(struct ps_cli *cli);

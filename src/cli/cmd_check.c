@@ -78,13 +78,33 @@ static int order_diff(const struct ps_graph *g1, const struct ps_order *o1,
 
 int ps_cmd_check(struct ps_cli *cli)
 {
-    for (int k = 0; k < cli->argc; k++)
-        return ps_cli_usage(cli, "unknown option '%s'", cli->argv[k]);
+    const char *actions = NULL, *v;
+    for (int k = 0; k < cli->argc; k++) {
+        if ((v = ps_cli_arg(cli, &k, "--actions"))) actions = v;
+        else return ps_cli_usage(cli, "unknown option '%s'", cli->argv[k]);
+    }
+    if (actions && !*actions) return ps_cli_usage(cli, "--actions needs a file");
     struct ps_ctx ctx;
     int rc = ps_ctx_load(&ctx, cli, NULL);
     if (rc) return rc;
     struct ps_diag d;
     ps_diag_clear(&d);
+    if (actions) {
+        /* a schedule from a file (PyTorch's CSV or a JSON plan) replaces the spec's own */
+        char *cycle = NULL;
+        rc = ps_ctx_use_plan(&ctx, actions, &cycle, &d);
+        if (rc == -EDEADLK) {
+            printf("schedule %s deadlocks; the cycle of waits: %s\n", actions,
+                   cycle ? cycle : "(out of memory)");
+            free(cycle);
+            ps_ctx_finish(&ctx);
+            return PS_EXIT_FOUND;
+        }
+        if (rc) {
+            ps_ctx_finish(&ctx);
+            return ps_cli_fail(&d, PS_EXIT_INPUT);
+        }
+    }
     const struct ps_spec *s = ctx.spec;
     struct ps_graph *g = ctx.graph;
     double *cost = malloc(((size_t)g->n_nodes + 1) * sizeof(double));
@@ -97,7 +117,8 @@ int ps_cmd_check(struct ps_cli *cli)
     }
     const struct ps_schedule_ops *ops = ps_schedule_ops(s->schedule);
     struct ps_whatif w;
-    ps_study_whatif(s, ctx.model, &a, &w);
+    memset(&w, 0, sizeof(w));
+    if (!actions) ps_study_whatif(s, ctx.model, &a, &w); /* a file's schedule has no phony edges */
     bool whatif = w.ran;
     const struct ps_graph *gw = w.g;
     const struct ps_analysis *bw = &w.an;
@@ -114,13 +135,14 @@ int ps_cmd_check(struct ps_cli *cli)
                g->checkpoint_stop, ps_bn_policy_name(s->batchnorm),
                !ops->phony ? "n/a (explicit schedule)" : s->phony ? "on" : "off",
                s->fairscale ? " (fairscale variant)" : "");
+        if (actions) printf("schedule: %s (in place of the spec's; every rank's actions run)\n", actions);
         uint32_t ph = 0;
         for (uint32_t e = 0; e < g->n_edges; e++) ph += g->edges[e].kind == PS_EDGE_PHONY;
         printf("graph: %u nodes, %u edges (%u phony)\n", g->n_nodes, g->n_edges, ph);
         printf("checks:\n");
         print_checks(g, &a, "  ");
         printf("peak activation memory per device (%s order):\n",
-               ops->engine_order ? "engine" : "schedule");
+               ops->engine_order && !actions ? "engine" : "schedule");
         if (a.mem) print_memory(&ctx, &a, NULL);
         if (a.cp.n) {
             char b1[64], b2[64];

@@ -38,7 +38,7 @@ static int parse_names(const char *s, const char *const *names, int n_names, int
 }
 
 struct row {
-    int chunks, sched, ckpt;
+    int chunks, sched, ckpt, devices;
     bool ok;
     double makespan, throughput, bubble, recompute;
     int64_t peak;
@@ -62,12 +62,14 @@ int ps_cmd_sweep(struct ps_cli *cli)
     if (!chunks_s) chunks_s = "1,2,4,8,16,32,64";
     if ((nc = ps_cli_int_list(chunks_s, &chunks)) < 0)
         return ps_cli_usage(cli, "--chunks: expected a list like 1,2,4,8");
-    int ck[8], sc[8], nk = 0, ns = 0;
+    int ck[8], sc[2 * PS_SCHED__COUNT], nk = 0, ns = 0;
     if (ck_s && (nk = parse_names(ck_s, ckpts, 3, ck, 8)) <= 0) {
         free(chunks);
         return ps_cli_usage(cli, "--checkpoint: expected always,except_last,never");
     }
-    if (sc_s && (ns = parse_names(sc_s, scheds, PS_SCHED__COUNT, sc, 8)) <= 0) {
+    if (sc_s && strcmp(sc_s, "all") == 0)
+        for (ns = 0; ns < PS_SCHED__COUNT; ns++) sc[ns] = ns;
+    else if (sc_s && (ns = parse_names(sc_s, scheds, PS_SCHED__COUNT, sc, 2 * PS_SCHED__COUNT)) <= 0) {
         free(chunks);
         return ps_cli_usage(cli, "--schedule: expected %s", ps_schedule_names());
     }
@@ -96,8 +98,8 @@ int ps_cmd_sweep(struct ps_cli *cli)
     }
     bool quiet = cli->verbosity < 0 || (cli->json && !strcmp(cli->json, "-"));
     if (!quiet)
-        printf("%-17s %-11s %6s %4s %14s %14s %8s %12s %10s\n", "schedule", "checkpoint",
-               "chunks", "m", "makespan_us", "samples/s", "bubble", "peak_mem", "recompute");
+        printf("%-17s %-11s %6s %4s %4s %14s %14s %8s %12s %10s\n", "schedule", "checkpoint",
+               "chunks", "m", "dev", "makespan_us", "samples/s", "bubble", "peak_mem", "recompute");
     for (int a = 0; a < ns; a++)
         for (int b = 0; b < nk; b++)
             for (int c = 0; c < nc; c++) {
@@ -131,13 +133,15 @@ int ps_cmd_sweep(struct ps_cli *cli)
                 r->throughput = r->makespan > 0 ? (double)spec->batch / (r->makespan * 1e-6) : 0;
                 r->bubble = run.sim.bubble_fraction;
                 r->recompute = run.sim.recompute_overhead;
+                r->devices = run.sim.n_devices;
                 for (int dv = 0; dv < run.sim.n_devices; dv++)
                     if (run.sim.dev[dv].peak_bytes > r->peak) r->peak = run.sim.dev[dv].peak_bytes;
                 if (!quiet) {
                     char mb[32];
-                    printf("%-17s %-11s %6d %4d %14.3f %14.1f %8.4f %12s %9.1f%%\n",
-                           scheds[sc[a]], ckpts[ck[b]], chunks[c], o.mb_count, r->makespan,
-                           r->throughput, r->bubble, ps_viz_bytes((double)r->peak, mb, sizeof(mb)),
+                    printf("%-17s %-11s %6d %4d %4d %14.3f %14.1f %8.4f %12s %9.1f%%\n",
+                           scheds[sc[a]], ckpts[ck[b]], chunks[c], o.mb_count, r->devices,
+                           r->makespan, r->throughput, r->bubble,
+                           ps_viz_bytes((double)r->peak, mb, sizeof(mb)),
                            100 * r->recompute);
                     fflush(stdout);
                 }
@@ -163,6 +167,7 @@ int ps_cmd_sweep(struct ps_cli *cli)
             ps_json_add_int(x, "chunks", r->chunks);
             ps_json_add_bool(x, "ok", r->ok);
             if (r->ok) {
+                ps_json_add_int(x, "devices", r->devices);
                 ps_json_add_number(x, "makespan_us", r->makespan);
                 ps_json_add_number(x, "throughput_samples_per_s", r->throughput);
                 ps_json_add_number(x, "bubble_fraction", r->bubble);

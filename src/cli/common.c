@@ -81,6 +81,26 @@ int ps_ctx_load(struct ps_ctx *ctx, const struct ps_cli *cli, const struct ps_va
     return 0;
 }
 
+int ps_ctx_use_plan(struct ps_ctx *ctx, const char *path, char **cycle, struct ps_diag *d)
+{
+    *cycle = NULL;
+    struct ps_plan plan;
+    struct ps_variant var;
+    ps_variant_from_spec(ctx->spec, &var);
+    int rc = ps_plan_load(path, ctx->spec, &plan, d);
+    if (rc) return rc;
+    struct ps_graph *g = NULL;
+    rc = ps_plan_build(ctx->spec, ctx->model, &var, &plan, &g, d);
+    ps_plan_finish(&plan);
+    if (rc) return rc;
+    ps_order_finish(&ctx->order);
+    ps_graph_destroy(ctx->graph);
+    ctx->graph = g;
+    rc = ps_plan_order(g, &ctx->order, d);
+    if (rc == -EDEADLK) *cycle = ps_plan_cycle(g, &ctx->order);
+    return rc;
+}
+
 void ps_ctx_finish(struct ps_ctx *ctx)
 {
     ps_order_finish(&ctx->order);

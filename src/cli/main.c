@@ -39,9 +39,14 @@ static const char help_check[] =
     "Checks the task graph statically: acyclicity, the ordering invariants of src/SEMANTICS.md as\n"
     "happens-before over every execution the graph allows, stream races, peak activation memory\n"
     "per device and the critical path; then the same without the phony (fork/join) edges.\n"
-    "Exit 1 when an invariant is violated.\n"
-    "\noptions:\n" SHARED_JSON SHARED_Q
-    "\nexample:\n  pipescope check examples/seed1-convergence.json\n";
+    "Exit 1 when an invariant is violated or the schedule deadlocks.\n"
+    "\noptions:\n"
+    "  --actions FILE     check this schedule instead of the spec's: PyTorch's schedule CSV or a\n"
+    "                     JSON plan (src/SPEC.md); a deadlock is reported as the cycle of waits\n"
+    "                     that forms it (default: none)\n"
+    SHARED_JSON SHARED_Q
+    "\nexamples:\n  pipescope check examples/seed1-convergence.json\n"
+    "  pipescope check examples/small-3x3.json --actions my_schedule.csv\n";
 
 static const char help_graph[] =
     "Prints the task graph's size and writes it as DOT or SVG, or prints the order in which\n"
@@ -165,12 +170,32 @@ static const char help_sweep[] =
     "\noptions:\n"
     "  --chunks LIST      micro-batch counts (default: 1,2,4,8,16,32,64)\n"
     "  --checkpoint LIST  always,except_last,never (default: the spec's pipeline.checkpoint)\n"
-    "  --schedule LIST    gpipe,1f1b,interleaved-1f1b,zb-h1 (default: the spec's schedule)\n"
+    "  --schedule LIST    names from gpipe,1f1b,interleaved-1f1b,zb-h1,zb-h2,zb-v,looped-bfs,\n"
+    "                     interleaved-zb,dualpipe-v, or all; the dev column says how many\n"
+    "                     devices each runs on (default: the spec's schedule)\n"
     "  --costs FILE       per-layer costs, sim/COSTS.md (default: the spec's costs, else its\n"
     "                     hardware roofline)\n"
     "  -o DIR             write sweep.json and the plots into DIR (default: none)\n"
     SHARED_JSON SHARED_Q
     "\nexample:\n  pipescope sweep examples/unet-timeline.json --chunks 1,2,4,8,16,32 -o out/sweep\n";
+
+static const char help_schedule[] =
+    "Prints a schedule's program rank by rank in PyTorch pipelining's action grammar\n"
+    "(<stage><F|I|W|B><micro-batch>: F forward, I input gradient, W weight gradient, B full\n"
+    "backward) with the most stage activations each rank keeps alive, validates it (every stage\n"
+    "and micro-batch has F and B or I+W; the graph runs to the end, else the cycle of waits that\n"
+    "deadlocks it, exit 1) and writes the CSV that PyTorch's _load_csv reads.\n"
+    "\noptions:\n"
+    "  --schedule NAME    a built-in schedule (default: the spec's pipeline.schedule)\n"
+    "  --chunks N         micro-batches (default: the spec's pipeline.chunks)\n"
+    "  --virtual-stages V stages per device for interleaved-1f1b, looped-bfs, interleaved-zb\n"
+    "                     (default: the spec's pipeline.virtual_stages)\n"
+    "  --actions FILE     read a plan instead: PyTorch's schedule CSV or a JSON plan\n"
+    "                     (src/SPEC.md) (default: none)\n"
+    "  --csv FILE         write the schedule as PyTorch's CSV (default: none)\n"
+    SHARED_Q
+    "\nexamples:\n  pipescope schedule examples/small-3x3.json --schedule zb-h1 --chunks 6\n"
+    "  pipescope schedule examples/small-3x3.json --schedule 1f1b --csv out/1f1b.csv\n";
 
 static const char help_balance[] =
     "Finds the exact min-max contiguous partition of the layers and compares the spec's balance\n"
@@ -192,7 +217,7 @@ static const char help_version[] =
 
 const struct ps_cmd ps_commands[] = {
     {"check", "static checks: cycles, ordering invariants, races, memory, no-phony what-if",
-     "check SPEC [--json FILE]", ps_cmd_check, help_check, false},
+     "check SPEC [--actions FILE] [--json FILE]", ps_cmd_check, help_check, false},
     {"graph", "the task graph as DOT/SVG/JSON, or the engine's execution order",
      "graph SPEC [--order] [--forward|--backward|--all] [--tasks] [--dot FILE] [--svg FILE] "
      "[--json FILE] [--no-phony] [--iteration N]",
@@ -224,12 +249,16 @@ const struct ps_cmd ps_commands[] = {
      ps_cmd_simulate, help_simulate, false},
     {"sweep", "simulate over chunks x checkpoint x schedule: table, JSON, line plots",
      "sweep SPEC [--chunks 1,2,4,...] [--checkpoint always,except_last,never] "
-     "[--schedule gpipe,1f1b,interleaved-1f1b,zb-h1] [--costs FILE] [-o DIR] [--json FILE]",
+     "[--schedule LIST|all] [--costs FILE] [-o DIR] [--json FILE]",
      ps_cmd_sweep, help_sweep, true},
     {"balance", "exact min-max partition vs the spec's balance and torchgpipe's heuristic",
      "balance SPEC [--by time|memory] [--partitions N] [--memory-cap BYTES] [--costs FILE] "
      "[--json FILE]",
      ps_cmd_balance, help_balance, false},
+    {"schedule", "a schedule's per-rank program: validated, in PyTorch's CSV",
+     "schedule SPEC [--schedule NAME] [--chunks N] [--virtual-stages V] [--actions FILE] "
+     "[--csv FILE]",
+     ps_cmd_schedule, help_schedule, false},
     {"version", "version and build options", "version [--build-options]", cmd_version,
      help_version, false},
     {NULL, NULL, NULL, NULL, NULL, false},
