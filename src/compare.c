@@ -123,20 +123,38 @@ static int trace_figures(const struct ps_graph *g, const struct ps_trace *t, dou
     }
     double f = 0, b = 0, r = 0, copy = 0;
     uint32_t na = 0;
-    for (int d = 0; d < nd; d++) {
-        uint32_t n = 0;
+    /* the compute records grouped by device in one pass (counting sort): a pass over every
+       record per device cost devices x records */
+    uint32_t *first = calloc((size_t)nd + 1, sizeof(uint32_t));
+    if (!first) {
+        free(all);
+        free(dev);
+        return -ENOMEM;
+    }
+    for (int pass = 0; pass < 2; pass++) {
         for (uint32_t k = 0; k < t->n; k++) {
             const struct ps_trace_rec *x = &t->r[k];
             if (x->node >= g->n_nodes || !isfinite(x->start_us) || !isfinite(x->dur_us)) continue;
             const struct ps_node *nn = &g->nodes[x->node];
-            int nd_dev = nn->device >= 0 && nn->device < nd ? nn->device : 0;
-            if (nd_dev != d || !is_compute_rec(g, nn)) continue;
-            dev[n++] = (struct ival){x->start_us - t0, x->start_us - t0 + x->dur_us};
-            all[na++] = dev[n - 1];
+            if (!is_compute_rec(g, nn)) continue;
+            int d = nn->device >= 0 && nn->device < nd ? nn->device : 0;
+            if (pass == 0) {
+                first[d + 1]++;
+                continue;
+            }
+            struct ival iv = {x->start_us - t0, x->start_us - t0 + x->dur_us};
+            dev[first[d]++] = iv;
+            all[na++] = iv;
             out->n[d] += x->dur_us > 0;
         }
-        out->busy[d] = ivals_len(dev, merge_ivals(dev, n));
+        if (pass == 0)
+            for (int d = 0; d < nd; d++) first[d + 1] += first[d];
     }
+    for (int d = 0; d < nd; d++) {
+        uint32_t lo = d ? first[d - 1] : 0, n = first[d] - lo; /* first[d] moved to d's end */
+        out->busy[d] = ivals_len(dev + lo, merge_ivals(dev + lo, n));
+    }
+    free(first);
     uint32_t nu = merge_ivals(all, na);
     double over = 0;
     for (uint32_t k = 0; k < t->n; k++) {
@@ -211,6 +229,7 @@ static int inversions(const struct ps_graph *g, struct ps_compare *c)
     struct by_sim *list = malloc(((size_t)c->n_tasks + 1) * sizeof(*list));
     double *seq = malloc(((size_t)c->n_tasks + 1) * sizeof(double));
     double *tmp = malloc(((size_t)c->n_tasks + 1) * sizeof(double));
+    uint32_t *first = NULL;
     int rc = 0;
     if (!cnt || !list || !seq || !tmp) {
         rc = -ENOMEM;
@@ -227,15 +246,27 @@ static int inversions(const struct ps_graph *g, struct ps_compare *c)
         rc = -ENOMEM;
         goto out;
     }
+    /* the tasks of each stream in one pass (a counting sort by stream): linear in tasks +
+       streams, where a scan of all tasks per stream was quadratic with many streams */
+    first = malloc(((size_t)ns + 1) * sizeof(uint32_t));
+    if (!first) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    first[0] = 0;
+    for (int32_t s = 0; s < ns; s++) first[s + 1] = first[s] + cnt[s];
+    for (uint32_t k = 0; k < c->n_tasks; k++) {
+        int32_t s = g->nodes[c->tasks[k].node].stream;
+        if (s >= 0 && s < ns && isfinite(c->tasks[k].start_err))
+            list[first[s]++] = (struct by_sim){c->tasks, k};
+    }
     uint32_t w = 0;
     for (int32_t s = 0; s < ns; s++) {
         if (!cnt[s]) continue;
-        uint32_t n = 0;
-        for (uint32_t k = 0; k < c->n_tasks; k++)
-            if (g->nodes[c->tasks[k].node].stream == s && isfinite(c->tasks[k].start_err))
-                list[n++] = (struct by_sim){c->tasks, k};
-        qsort(list, n, sizeof(*list), cmp_by_sim);
-        for (uint32_t k = 0; k < n; k++) seq[k] = c->tasks[list[k].k].meas_start;
+        uint32_t n = cnt[s];
+        struct by_sim *ls = list + (first[s] - n); /* first[s] moved past the stream's tasks */
+        qsort(ls, n, sizeof(*ls), cmp_by_sim);
+        for (uint32_t k = 0; k < n; k++) seq[k] = c->tasks[ls[k].k].meas_start;
         struct ps_compare_stream *st = &c->streams[w++];
         st->stream = s;
         st->n_tasks = n;
@@ -246,6 +277,7 @@ static int inversions(const struct ps_graph *g, struct ps_compare *c)
     }
 out:
     free(cnt);
+    free(first);
     free(list);
     free(seq);
     free(tmp);
@@ -325,47 +357,72 @@ out:
 
 /* ---- dependency violations in the measurement ----------------------------------------------- */
 
+/* Every recorded task w is checked once, against the latest end among the recorded tasks that
+ * reach it along data and phony edges through nodes without a record (copies, waits, joins);
+ * it is a violation when it started more than DEP_SLACK_US before that end, reported with the
+ * task that ended last. One pass in topological order (Kahn), each node passing on the latest
+ * end that flows into it, so the cost is O(nodes + edges); enumerating the pairs instead was
+ * quadratic (a join between m micro-batches links m x m pairs). */
 static int dependencies(const struct ps_graph *g, const struct ps_trace *m, const uint32_t *rm,
                         struct ps_compare *c)
 {
     uint32_t nv = g->n_nodes;
-    uint32_t *seen = calloc((size_t)nv + 1, sizeof(uint32_t));
+    uint32_t *indeg = calloc((size_t)nv + 1, sizeof(uint32_t));
     uint32_t *queue = malloc(((size_t)nv + 1) * sizeof(uint32_t));
-    if (!seen || !queue) {
-        free(seen);
+    uint32_t *from = malloc(((size_t)nv + 1) * sizeof(uint32_t)); /* task giving need[] */
+    double *need = malloc(((size_t)nv + 1) * sizeof(double));     /* latest end flowing in */
+    if (!indeg || !queue || !from || !need) {
+        free(indeg);
         free(queue);
+        free(from);
+        free(need);
         return -ENOMEM;
     }
-    for (uint32_t u = 0; u < nv; u++) {
-        if (rm[u] == UINT32_MAX) continue;
-        const struct ps_trace_rec *ru = &m->r[rm[u]];
-        double end = ru->start_us + ru->dur_us;
-        uint32_t qh = 0, qt = 0;
-        queue[qt++] = u;
-        seen[u] = u + 1;
-        while (qh < qt) {
-            uint32_t x = queue[qh++];
-            for (uint32_t a = g->out_off[x]; a < g->out_off[x + 1]; a++) {
-                const struct ps_edge *e = &g->edges[g->out_edge[a]];
-                if (e->kind != PS_EDGE_DATA && e->kind != PS_EDGE_PHONY) continue;
-                uint32_t w = e->dst;
-                if (seen[w] == u + 1) continue;
-                seen[w] = u + 1;
-                if (rm[w] == UINT32_MAX) {
-                    queue[qt++] = w;
-                    continue;
-                }
-                c->n_deps_checked++;
-                double early = end - m->r[rm[w]].start_us;
-                if (early <= DEP_SLACK_US) continue;
-                c->n_dep_violations++;
-                if (c->n_deps_kept < PS_COMPARE_MAX_DEPS)
-                    c->deps[c->n_deps_kept++] = (struct ps_compare_dep){u, w, early};
-            }
+    for (uint32_t x = 0; x < nv; x++) {
+        need[x] = -INFINITY;
+        from[x] = UINT32_MAX;
+        for (uint32_t a = g->out_off[x]; a < g->out_off[x + 1]; a++) {
+            const struct ps_edge *e = &g->edges[g->out_edge[a]];
+            if (e->kind == PS_EDGE_DATA || e->kind == PS_EDGE_PHONY) indeg[e->dst]++;
         }
     }
-    free(seen);
+    uint32_t qh = 0, qt = 0;
+    for (uint32_t x = 0; x < nv; x++)
+        if (!indeg[x]) queue[qt++] = x;
+    while (qh < qt) {
+        uint32_t x = queue[qh++];
+        double out = need[x];
+        uint32_t out_from = from[x];
+        if (rm[x] != UINT32_MAX) {
+            const struct ps_trace_rec *r = &m->r[rm[x]];
+            if (from[x] != UINT32_MAX) {
+                c->n_deps_checked++;
+                double early = need[x] - r->start_us;
+                if (early > DEP_SLACK_US) {
+                    c->n_dep_violations++;
+                    if (c->n_deps_kept < PS_COMPARE_MAX_DEPS)
+                        c->deps[c->n_deps_kept++] = (struct ps_compare_dep){from[x], x, early};
+                }
+            }
+            out = r->start_us + r->dur_us; /* a recorded task passes on its own end only */
+            out_from = x;
+        }
+        for (uint32_t a = g->out_off[x]; a < g->out_off[x + 1]; a++) {
+            const struct ps_edge *e = &g->edges[g->out_edge[a]];
+            if (e->kind != PS_EDGE_DATA && e->kind != PS_EDGE_PHONY) continue;
+            uint32_t w = e->dst;
+            if (out_from != UINT32_MAX &&
+                (out > need[w] || (out == need[w] && out_from < from[w]))) {
+                need[w] = out;
+                from[w] = out_from;
+            }
+            if (--indeg[w] == 0) queue[qt++] = w;
+        }
+    }
+    free(indeg);
     free(queue);
+    free(from);
+    free(need);
     return 0;
 }
 
