@@ -72,7 +72,8 @@ struct rng { /* a task range: host-side, or a gpu_user_annotation on a stream */
     uint32_t node;       /* UINT32_MAX until resolved / when unmapped */
     uint32_t thr;        /* index into info->threads (host) */
     struct ps_tname nm;
-    uint8_t by_id, gpu, named, occ; /* occ: fairscale occurrence of its task, 0 = first */
+    uint8_t by_id, gpu, named;
+    uint32_t step;       /* training step: occurrence of its task on its side, in time order */
     int32_t gdev;        /* gpu annotation: device and stream */
     int64_t gstream;
     char name[48];       /* squeezed */
@@ -132,6 +133,7 @@ struct reader {
     struct name_id *map;
     bool has_wgrad;
     uint64_t limit, kept;
+    int step;            /* training step to keep, -1 = the last */
     struct file *cur;
 };
 
@@ -410,15 +412,62 @@ static int cmp_fairscale(const void *a, const void *b, void *ctx)
 static const struct rng *qs_base;
 static int cmp_fs_qsort(const void *a, const void *b) { return cmp_fairscale(a, b, (void *)qs_base); }
 
-static const char *ordinal(uint32_t n, char *buf, size_t len)
+static int cmp_step(const void *a, const void *b)
 {
-    const char *suf = n % 100 >= 11 && n % 100 <= 13 ? "th"
-                      : n % 10 == 1                  ? "st"
-                      : n % 10 == 2                  ? "nd"
-                      : n % 10 == 3                  ? "rd"
-                                                     : "th";
-    snprintf(buf, len, "%u%s", n, suf);
-    return buf;
+    const struct rng *x = &qs_base[*(const uint32_t *)a], *y = &qs_base[*(const uint32_t *)b];
+    if (x->gpu != y->gpu) return x->gpu < y->gpu ? -1 : 1;
+    if (x->node != y->node) return x->node < y->node ? -1 : 1;
+    if (x->ts != y->ts) return x->ts < y->ts ? -1 : 1;
+    return x->k < y->k ? -1 : x->k > y->k;
+}
+
+/* A file may hold several training steps (a profiler schedule with active > 1): the n-th range
+   of a task (in time, host and GPU side apart; nested or overlapping ranges count once) belongs
+   to step n (fairscale: counted above with
+   its recompute). One step is kept, r->step or else the last; the others are left out. */
+static int pick_step(struct reader *r, struct file *f)
+{
+    struct ps_trace_read_info *in = r->info;
+    uint32_t n = 0;
+    for (size_t q = 0; q < f->nr; q++) n += !f->r[q].by_id && f->r[q].node != UINT32_MAX;
+    uint32_t *ix = malloc(((size_t)n + 1) * sizeof(uint32_t));
+    if (!ix) return ps_diag_set(r->d, -ENOMEM, f->name, "out of memory");
+    n = 0;
+    for (size_t q = 0; q < f->nr; q++)
+        if (!f->r[q].by_id && f->r[q].node != UINT32_MAX) ix[n++] = (uint32_t)q;
+    qs_base = f->r;
+    qsort(ix, n, sizeof(uint32_t), cmp_step);
+    uint32_t steps = n ? 1 : 0;
+    double end = -INFINITY;
+    for (uint32_t q = 0, occ = 0; q < n; q++) {
+        struct rng *x = &f->r[ix[q]];
+        const struct rng *p = q ? &f->r[ix[q - 1]] : NULL;
+        /* a range that starts before the previous one of its task ended is nested in it or
+           overlaps it (the same work named twice): the same step */
+        if (!(p && p->gpu == x->gpu && p->node == x->node)) occ = 0, end = -INFINITY;
+        else if (x->ts >= end) occ++;
+        end = fmax(end, x->ts + x->dur);
+        if (x->nm.conv != PS_TN_FAIRSCALE) x->step = occ;
+        if (x->step + 1 > steps) steps = x->step + 1;
+    }
+    free(ix);
+    if (steps > in->n_steps) in->n_steps = steps;
+    if (r->step >= 0 && (uint32_t)r->step >= steps && steps) {
+        ps_diag_set(r->d, -EINVAL, f->name, "--step %d, but this trace holds %u training step%s",
+                    r->step, steps, steps == 1 ? "" : "s");
+        ps_diag_hint(r->d, "steps count from 0 (the n-th range of each task is step n)");
+        return -EINVAL;
+    }
+    uint32_t keep = r->step >= 0 ? (uint32_t)r->step : steps ? steps - 1 : 0;
+    in->step = keep;
+    for (size_t q = 0; q < f->nr; q++) {
+        struct rng *x = &f->r[q];
+        if (x->by_id || x->node == UINT32_MAX || x->step == keep) continue;
+        x->node = UINT32_MAX;
+        in->n_by_name--;
+        in->n_other_steps++;
+    }
+    return 0;
 }
 
 /* maps every range of f to a node or to the unmatched list (with the reason) */
@@ -438,12 +487,20 @@ static int resolve_names(struct reader *r, struct file *f)
         if (f->r[q].nm.conv == PS_TN_FAIRSCALE && !f->r[q].by_id) fs[nfs++] = (uint32_t)q;
     qs_base = f->r;
     qsort(fs, nfs, sizeof(uint32_t), cmp_fs_qsort);
-    for (uint32_t q = 0, occ = 0; q < nfs; q++) {
+    /* per training step a task's function runs once, and once more at recompute when the
+       graph checkpoints it (it has R(i,j)): occurrence o is step o / per, F when o % per == 0 */
+    for (uint32_t q = 0, occ = 0, per = 1; q < nfs; q++) {
         struct rng *x = &f->r[fs[q]];
         const struct rng *p = q ? &f->r[fs[q - 1]] : NULL;
-        occ = p && p->gpu == x->gpu && p->nm.mb == x->nm.mb && p->nm.part == x->nm.part ? occ + 1 : 0;
-        x->occ = occ > 255 ? 255 : (uint8_t)occ;
-        x->nm.kind = occ == 0 ? 'F' : occ == 1 ? 'R' : 'X';
+        bool same = p && p->gpu == x->gpu && p->nm.mb == x->nm.mb && p->nm.part == x->nm.part;
+        occ = same ? occ + 1 : 0;
+        if (!same) {
+            char rn[48];
+            snprintf(rn, sizeof(rn), "R(%d,%d)", x->nm.mb, x->nm.part);
+            per = lookup(r, rn) != UINT32_MAX ? 2 : 1;
+        }
+        x->step = occ / per;
+        x->nm.kind = occ % per == 0 ? 'F' : 'R';
     }
     free(fs);
 
@@ -495,26 +552,10 @@ static int resolve_names(struct reader *r, struct file *f)
                 snprintf(want, sizeof(want), "Wg(%d,%d)", t->mb, t->part);
             }
         } else { /* fairscale */
-            char o[16];
             if (t->kind == 'F') {
                 snprintf(want, sizeof(want), "F(%d,%d)", t->mb, t->part);
-            } else if (t->kind == 'R') {
-                snprintf(want, sizeof(want), "R(%d,%d)", t->mb, t->part);
-                if (lookup(r, want) == UINT32_MAX) {
-                    rc = unmatched(r, f, x,
-                                   "a 2nd range of task (%d,%d) is its recompute, but micro-batch "
-                                   "%d is not checkpointed in the spec (checkpoint_stop %d)",
-                                   t->mb, t->part, t->mb, g->checkpoint_stop);
-                    if (rc) return rc;
-                    continue;
-                }
             } else {
-                rc = unmatched(r, f, x,
-                               "a %s range of task (%d,%d): fairscale runs a task's forward once "
-                               "and once more when it recomputes (one training step per trace)",
-                               ordinal(x->occ + 1u, o, sizeof(o)), t->mb, t->part);
-                if (rc) return rc;
-                continue;
+                snprintf(want, sizeof(want), "R(%d,%d)", t->mb, t->part);
             }
         }
         uint32_t v = lookup(r, want);
@@ -531,7 +572,7 @@ static int resolve_names(struct reader *r, struct file *f)
         if (t->conv == PS_TN_PP && f->meta.has_rank && g->nodes[v].device != f->meta.rank)
             in->n_rank_mismatch++;
     }
-    return 0;
+    return pick_step(r, f);
 }
 
 /* ---- GPU attribution ------------------------------------------------------------------------ */
@@ -922,7 +963,7 @@ static int read_all(const char *const *paths, uint32_t nfiles, const char *mem, 
     if (!info) info = &local;
     memset(info, 0, sizeof(*info));
     ps_trace_init(out, PS_TRACE_IMPORTED);
-    struct reader r = {.g = g, .info = info, .d = diag};
+    struct reader r = {.g = g, .info = info, .d = diag, .step = opts ? opts->step : -1};
     struct file *fs = calloc((size_t)nfiles + 1, sizeof(*fs));
     info->files = calloc((size_t)nfiles + 1, sizeof(*info->files));
     r.map = malloc(((size_t)g->n_nodes + 1) * sizeof(*r.map));

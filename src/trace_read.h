@@ -11,6 +11,9 @@
  *   2. otherwise the name is recognised (trace_names.h): pipescope's F(i,j) B(i,j) R(i,j)
  *      Wg(i,j), PyTorch pipelining's PP:<stage><F|I|W|B><mb>, fairscale's chunk<i>-part<j>
  *      (1st range F, 2nd R), and looked up among the graph's node names;
+ *   2a. a file that holds several training steps (the n-th range of a task is step n; for
+ *      fairscale the recompute counts with its forward) gives one of them (opts->step, else the
+ *      last); the ranges of the others are counted and left out;
  *   3. a recognised name that names no node (a stage or micro-batch the spec lacks, a W range
  *      where the schedule does not split backward, a 3rd fairscale range) is kept unmapped
  *      (node = UINT32_MAX, its own name) and listed with the reason; PyTorch's communication
@@ -84,6 +87,9 @@ struct ps_trace_read_info {
     uint32_t n_pipescope_names, n_pytorch, n_fairscale;
     uint32_t n_pytorch_other;  /* PyTorch communication / sharding actions (not tasks) */
     uint32_t n_rank_mismatch;  /* PyTorch stages whose device is not the file's rank */
+    uint32_t n_steps;          /* training steps in a file (the most of any file) */
+    uint32_t step;             /* the one kept */
+    uint32_t n_other_steps;    /* ranges of the other steps, left out */
     /* GPU attribution */
     uint32_t n_launches;       /* runtime calls with a correlation id */
     uint32_t n_gpu_ops;        /* kernels, copies, memsets with one */
@@ -108,6 +114,7 @@ typedef void (*ps_trace_progress_fn)(void *ctx, uint32_t file, const char *path,
 struct ps_trace_read_opts {
     ps_trace_progress_fn progress;
     void *ctx;
+    int step; /* the training step to compare when a file holds several; -1 = the last */
 };
 
 /* Reads path into out (initialised here; source PS_TRACE_IMPORTED, or PS_TRACE_CPU/CUDA/

@@ -24,6 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 #include <cmocka.h>
@@ -399,6 +401,64 @@ static void test_hta_gpu_attribution(void **state)
     fx_free(&f);
 }
 
+/* ---- several training steps in one file ----------------------------------------------------- */
+
+static int read_text(const struct fx *f, const char *text, int step, struct ps_trace *t,
+                     struct ps_trace_read_info *in, struct ps_diag *d)
+{
+    char path[] = "/tmp/pipescope-test-steps-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    const char *p[1] = {path};
+    struct ps_trace_read_opts o = {.step = step};
+    ps_diag_clear(d);
+    int rc = ps_trace_read_files(p, 1, f->g, &o, t, in, d);
+    unlink(path);
+    return rc;
+}
+
+static void test_steps(void **state)
+{
+    (void)state;
+    struct fx f;
+    fx_file(&f, "tests/golden/traces/fairscale-3x3.spec.json");
+    /* fairscale, two steps of task (0,0) (checkpointed: forward, recompute, forward, recompute)
+       and of (2,0) (not checkpointed: one range per step) */
+    static const char FS[] =
+        "[{\"name\": \"chunk0-part0\", \"ph\": \"X\", \"ts\": 0, \"dur\": 10, \"tid\": 1, \"pid\": \"CPU functions\"},"
+        " {\"name\": \"chunk2-part0\", \"ph\": \"X\", \"ts\": 20, \"dur\": 10, \"tid\": 1, \"pid\": \"CPU functions\"},"
+        " {\"name\": \"chunk0-part0\", \"ph\": \"X\", \"ts\": 40, \"dur\": 5, \"tid\": 1, \"pid\": \"CPU functions\"},"
+        " {\"name\": \"chunk0-part0\", \"ph\": \"X\", \"ts\": 100, \"dur\": 11, \"tid\": 1, \"pid\": \"CPU functions\"},"
+        " {\"name\": \"chunk2-part0\", \"ph\": \"X\", \"ts\": 120, \"dur\": 12, \"tid\": 1, \"pid\": \"CPU functions\"},"
+        " {\"name\": \"chunk0-part0\", \"ph\": \"X\", \"ts\": 140, \"dur\": 6, \"tid\": 1, \"pid\": \"CPU functions\"}]";
+    struct ps_trace t;
+    struct ps_trace_read_info in;
+    struct ps_diag d;
+    int n = f.g->n;
+    assert_int_equal(read_text(&f, FS, -1, &t, &in, &d), 0);
+    assert_int_equal(in.n_steps, 2);
+    assert_int_equal(in.step, 1);
+    assert_int_equal(in.n_other_steps, 3);
+    assert_int_equal(t.n, 3);
+    /* the last step: F(0,0) at 100 (the first kept record, time 0), F(2,0) at 120, R(0,0) at 140 */
+    assert_true(rec_of(&t, f.g->fwd[0 * n + 0])->start_us == 0 && rec_of(&t, f.g->fwd[0])->dur_us == 11);
+    assert_true(rec_of(&t, f.g->fwd[2 * n + 0])->start_us == 20 && rec_of(&t, f.g->fwd[2 * n])->dur_us == 12);
+    assert_true(rec_of(&t, f.g->rec[0])->start_us == 40 && rec_of(&t, f.g->rec[0])->dur_us == 6);
+    ps_trace_read_info_finish(&in);
+    ps_trace_finish(&t);
+    assert_int_equal(read_text(&f, FS, 0, &t, &in, &d), 0);
+    assert_int_equal(in.step, 0);
+    assert_true(rec_of(&t, f.g->fwd[0])->dur_us == 10 && rec_of(&t, f.g->rec[0])->dur_us == 5);
+    ps_trace_read_info_finish(&in);
+    ps_trace_finish(&t);
+    assert_int_equal(read_text(&f, FS, 2, &t, &in, &d), -EINVAL);
+    assert_string_equal(d.msg, "--step 2, but this trace holds 2 training steps");
+    assert_int_equal(t.n, 0);
+    fx_free(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -407,6 +467,7 @@ int main(void)
         cmocka_unit_test(test_pytorch_pp_ranks),
         cmocka_unit_test(test_pytorch_split_backward),
         cmocka_unit_test(test_hta_gpu_attribution),
+        cmocka_unit_test(test_steps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

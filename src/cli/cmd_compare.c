@@ -2,13 +2,14 @@
  *
  *   compare SPEC --measured TRACE... [--simulated TRACE] [--costs FILE]
  *                [--tolerance makespan=0.2,task=0.5[,start=0.1]] [--calibrate COSTS.json]
- *                [--unit sample|micro_batch] [--json FILE] [--svg FILE] [--dot FILE]
+ *                [--unit sample|micro_batch] [--step N] [--json FILE] [--svg FILE] [--dot FILE]
  *
  * TRACE is a Chrome trace: one written by pipescope (`run --trace`, `simulate --trace`) or by
  * the PyTorch profiler (examples/PROFILER.md): ranges named F(i,j)..., PyTorch pipelining's
  * PP:<stage><action><mb> or fairscale's chunk<i>-part<j>; .json or .json.gz. --measured may be
  * repeated and may name a folder: one file per rank, put on one clock (src/trace_read.h); a
- * large file is read with progress on stderr. Without --simulated the
+ * large file is read with progress on stderr. A trace of several training steps gives its last
+ * one, or step N with --step N (from 0). Without --simulated the
  * spec is simulated here (its costs, or --costs). Prints makespan error, per-task start and
  * duration errors, order inversions, dependency violations, bubble, recompute overhead and
  * copy/compute overlap; --svg draws measured lanes above simulated lanes on one time axis,
@@ -98,7 +99,7 @@ int ps_cmd_compare(struct ps_cli *cli)
 {
     const char *meas_path = NULL, *meas_arg[64], *sim_path = NULL, *tol_s = NULL, *cal_path = NULL,
                *costs_path = NULL, *dot = NULL, *unit = "sample", *v;
-    int n_meas = 0;
+    int n_meas = 0, step = -1;
     for (int k = 0; k < cli->argc; k++) {
         if ((v = ps_cli_arg(cli, &k, "--measured"))) {
             if (n_meas >= 64) return ps_cli_usage(cli, "--measured: at most 64 (use a folder)");
@@ -111,6 +112,13 @@ int ps_cmd_compare(struct ps_cli *cli)
         else if ((v = ps_cli_arg(cli, &k, "--costs"))) costs_path = v;
         else if ((v = ps_cli_arg(cli, &k, "--dot"))) dot = v;
         else if ((v = ps_cli_arg(cli, &k, "--unit"))) unit = v;
+        else if ((v = ps_cli_arg(cli, &k, "--step"))) {
+            char *end;
+            long x = strtol(v, &end, 10);
+            if (!*v || *end || x < 0 || x > 1000000000)
+                return ps_cli_usage(cli, "--step must be a training step number >= 0, not '%s'", v);
+            step = (int)x;
+        }
         else return ps_cli_usage(cli, "unknown option '%s'", cli->argv[k]);
     }
     if (!cli->spec_path) return ps_cli_usage(cli, "missing SPEC");
@@ -170,7 +178,7 @@ int ps_cmd_compare(struct ps_cli *cli)
             goto out;
         }
     struct progress pr = {cli, 0, 0};
-    struct ps_trace_read_opts ro = {on_progress, &pr};
+    struct ps_trace_read_opts ro = {on_progress, &pr, step};
     if (ps_trace_read_files((const char *const *)mp.v, mp.n, g, &ro, &tm, &info, &d)) {
         code = ps_cli_fail(&d, PS_EXIT_INPUT);
         goto out;

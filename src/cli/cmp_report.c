@@ -124,6 +124,10 @@ void ps_trace_info_print(FILE *f, const struct ps_trace_read_info *in)
     if (in->n_pytorch_other)
         fprintf(f, "; %u PyTorch communication/sharding actions (not tasks)", in->n_pytorch_other);
     fputc('\n', f);
+    if (in->n_steps > 1)
+        fprintf(f, "  steps: the trace holds %u training steps; step %u is compared (--step N "
+                   "picks another), %u ranges of the others left out\n",
+                in->n_steps, in->step, in->n_other_steps);
     if (in->n_rank_mismatch)
         fprintf(f, "  warning: %u PP: ranges ran on a rank that is not their stage's device in the "
                    "spec (pipeline.devices)\n",

@@ -104,12 +104,17 @@ static const char help_drift[] =
     "--policy plain,deferred -o out/drift\n";
 
 static const char help_compare[] =
-    "Compares a measured timeline (pipescope's own `run --trace`, or a PyTorch-profiler trace with\n"
-    "task-named ranges) against the simulation of the same spec: makespan error, per-task start\n"
-    "and duration errors, order inversions, broken dependencies, bubble. --calibrate fits the\n"
-    "cost model to the measurement. Exit 1 when a tolerance is exceeded.\n"
+    "Compares a measured timeline (pipescope's own `run --trace`, or PyTorch-profiler traces with\n"
+    "task-named ranges, PyTorch pipelining's PP:<stage><F|I|W|B><mb> or fairscale's\n"
+    "chunk<i>-part<j>; Kineto GPU kernels are attributed to their task and stream) against the\n"
+    "simulation of the same spec: makespan error, per-task start and duration errors, order\n"
+    "inversions, broken dependencies, bubble. --calibrate fits the cost model to the\n"
+    "measurement. Exit 1 when a tolerance is exceeded. See examples/PROFILER.md.\n"
     "\noptions:\n"
-    "  --measured TRACE   the measured Chrome trace (required)\n"
+    "  --measured TRACE   a measured Chrome trace, .json or .json.gz (required); repeat it, or\n"
+    "                     name a folder, for one file per rank (put on one clock)\n"
+    "  --step N           the training step to compare when a trace holds several (from 0;\n"
+    "                     default: the last)\n"
     "  --simulated TRACE  a simulated trace to compare with (default: simulate the spec here)\n"
     "  --costs FILE       per-layer costs for that simulation, sim/COSTS.md (default: the\n"
     "                     spec's costs, else its hardware roofline)\n"
@@ -235,8 +240,8 @@ const struct ps_cmd ps_commands[] = {
      "--forward-only] [-o DIR] [--json FILE] [--svg FILE]",
      ps_cmd_drift, help_drift, true},
     {"compare", "measured vs simulated timeline: errors, inversions, bubble; calibration",
-     "compare SPEC --measured TRACE [--simulated TRACE] [--costs FILE] "
-     "[--tolerance makespan=0.2,task=0.5[,start=0.1]] [--calibrate COSTS.json] "
+     "compare SPEC --measured TRACE|DIR [--measured ...] [--step N] [--simulated TRACE] "
+     "[--costs FILE] [--tolerance makespan=0.2,task=0.5[,start=0.1]] [--calibrate COSTS.json] "
      "[--unit sample|micro_batch] [--json FILE] [--svg FILE] [--dot FILE]",
      ps_cmd_compare, help_compare, false},
     {"diagnose", "everything this machine can do, as a report folder with index.html",
