@@ -37,18 +37,119 @@ static int parse_names(const char *s, const char *const *names, int n_names, int
     return n;
 }
 
-struct row {
-    int chunks, sched, ckpt, devices;
-    bool ok;
-    double makespan, throughput, bubble, recompute;
-    int64_t peak;
+static const char *const ckpts[] = {"always", "except_last", "never"};
+
+struct show {
+    const struct ps_cli *cli;
+    bool quiet;
 };
+
+static void before(void *ctx, int k, int n, const struct ps_sweep_row *r)
+{
+    const struct show *sh = ctx;
+    if (sh->cli->verbosity >= 0)
+        fprintf(stderr, "\rsweep: %d/%d %s %s chunks=%d   ", k, n,
+                ps_schedule_ops(r->sched)->name, ckpts[r->ckpt], r->chunks);
+}
+
+static void after(void *ctx, int k, int n, const struct ps_sweep_row *r)
+{
+    (void)k, (void)n;
+    const struct show *sh = ctx;
+    const char *sched = ps_schedule_ops(r->sched)->name;
+    if (!r->ok) {
+        if (sh->cli->verbosity >= 0) fputc('\n', stderr);
+        if (r->bad_chunks) ps_cli_warn(sh->cli, "chunks=%d skipped: %s", r->chunks, r->why);
+        else
+            ps_cli_warn(sh->cli, "%s %s chunks=%d skipped: %s", sched, ckpts[r->ckpt], r->chunks,
+                        r->why);
+        return;
+    }
+    if (sh->quiet) return;
+    char mb[32];
+    printf("%-17s %-11s %6d %4d %4d %14.3f %14.1f %8.4f %12s %9.1f%%\n", sched, ckpts[r->ckpt],
+           r->chunks, r->m, r->devices, r->makespan, r->throughput, r->bubble,
+           ps_viz_bytes((double)r->peak, mb, sizeof(mb)), 100 * r->recompute);
+    fflush(stdout);
+}
+
+/* the "sweep" section: one object per configuration */
+static cJSON *sweep_json(const struct ps_sweep_row *rows, int total)
+{
+    cJSON *root = ps_report_new();
+    cJSON *arr = cJSON_CreateArray();
+    for (int k = 0; k < total; k++) {
+        const struct ps_sweep_row *r = &rows[k];
+        cJSON *x = cJSON_CreateObject();
+        ps_json_add_string(x, "schedule", ps_schedule_ops(r->sched)->name);
+        ps_json_add_string(x, "checkpoint", ckpts[r->ckpt]);
+        ps_json_add_int(x, "chunks", r->chunks);
+        ps_json_add_bool(x, "ok", r->ok);
+        if (r->ok) {
+            ps_json_add_int(x, "devices", r->devices);
+            ps_json_add_number(x, "makespan_us", r->makespan);
+            ps_json_add_number(x, "throughput_samples_per_s", r->throughput);
+            ps_json_add_number(x, "bubble_fraction", r->bubble);
+            ps_json_add_int(x, "peak_bytes", r->peak);
+            ps_json_add_number(x, "recompute_overhead", r->recompute);
+        }
+        cJSON_AddItemToArray(arr, x);
+    }
+    ps_json_set(root, "sweep", arr);
+    return root;
+}
+
+/* -o DIR: sweep.json and one line plot per figure, x = chunks, one line per schedule/checkpoint */
+static int write_folder(const struct ps_cli *cli, const cJSON *root, const struct ps_sweep_opts *o,
+                        const struct ps_sweep_row *rows, struct ps_diag *d)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/sweep.json", cli->outdir_files);
+    int code = 0, nc = o->n_chunks, nk = o->n_ckpt;
+    if (ps_report_write(root, path, d)) code = ps_cli_fail(d, PS_EXIT_INPUT);
+    static const char *const what[] = {"makespan", "throughput", "bubble", "memory"};
+    static const char *const ylab[] = {"makespan", "samples/s", "bubble fraction",
+                                       "peak activation memory"};
+    static const enum ps_plot_unit yunit[] = {PS_UNIT_US, PS_UNIT_NONE, PS_UNIT_NONE,
+                                              PS_UNIT_BYTES};
+    int nser = o->n_sched * nk;
+    double *x = malloc((size_t)nc * sizeof(double));
+    double *y = malloc((size_t)nser * (size_t)nc * sizeof(double));
+    struct ps_plot_series *ser = calloc((size_t)nser, sizeof(*ser));
+    char(*names)[64] = calloc((size_t)nser, 64);
+    for (int w = 0; w < 4 && !code && x && y && ser && names; w++) {
+        for (int c = 0; c < nc; c++) x[c] = o->chunks[c];
+        for (int s = 0; s < nser; s++) {
+            snprintf(names[s], 64, "%s %s", ps_schedule_ops(o->sched[s / nk])->name,
+                     ckpts[o->ckpt[s % nk]]);
+            ser[s].name = names[s];
+            ser[s].y = y + (size_t)s * nc;
+            for (int c = 0; c < nc; c++) {
+                const struct ps_sweep_row *r = &rows[s * nc + c];
+                double val = w == 0 ? r->makespan : w == 1 ? r->throughput
+                                            : w == 2   ? r->bubble
+                                                       : (double)r->peak;
+                y[(size_t)s * nc + c] = r->ok ? val : NAN;
+            }
+        }
+        struct ps_line_plot lp = {.title = what[w], .xlabel = "chunks", .ylabel = ylab[w],
+                                  .y_unit = yunit[w],
+                                  .n = (uint32_t)nc, .x = x, .log2_x = true, .y_zero = true,
+                                  .n_series = (uint32_t)nser, .series = ser};
+        snprintf(path, sizeof(path), "%s/%s.svg", cli->outdir_files, what[w]);
+        if (ps_plot_lines_file(&lp, path, d)) code = ps_cli_fail(d, PS_EXIT_INPUT);
+    }
+    free(x);
+    free(y);
+    free(ser);
+    free(names);
+    return code;
+}
 
 int ps_cmd_sweep(struct ps_cli *cli)
 {
     const char *scheds[PS_SCHED__COUNT];
     for (int k = 0; k < PS_SCHED__COUNT; k++) scheds[k] = ps_schedule_ops(k)->name;
-    static const char *const ckpts[] = {"always", "except_last", "never"};
     const char *chunks_s = NULL, *ck_s = NULL, *sc_s = NULL, *costs_path = NULL, *v;
     for (int k = 0; k < cli->argc; k++) {
         if ((v = ps_cli_arg(cli, &k, "--chunks"))) chunks_s = v;
@@ -78,148 +179,42 @@ int ps_cmd_sweep(struct ps_cli *cli)
     struct ps_spec *spec = NULL;
     struct ps_model *model = NULL;
     struct ps_costs *costs = NULL;
-    struct row *rows = NULL;
+    struct ps_sweep_row *rows = NULL;
     int code = 0;
-    if (ps_spec_load(cli->spec_path, &spec, &d) || ps_model_build(spec, &model, &d)) {
+    if (ps_spec_load(cli->spec_path, &spec, &d) || ps_model_build(spec, &model, &d) ||
+        ps_study_costs(spec, costs_path, &costs, &d)) {
         code = ps_cli_fail(&d, PS_EXIT_INPUT);
         goto out;
     }
-    if (!nk) ck[nk++] = (int)spec->checkpoint;
-    if (!ns) sc[ns++] = (int)spec->schedule;
-    if (ps_study_costs(spec, costs_path, &costs, &d)) {
-        code = ps_cli_fail(&d, PS_EXIT_INPUT);
-        goto out;
-    }
-    int total = nc * nk * ns, done = 0;
+    enum ps_checkpoint ckv[8];
+    enum ps_schedule scv[2 * PS_SCHED__COUNT];
+    for (int k = 0; k < nk; k++) ckv[k] = (enum ps_checkpoint)ck[k];
+    for (int k = 0; k < ns; k++) scv[k] = (enum ps_schedule)sc[k];
+    if (!nk) ckv[nk++] = spec->checkpoint;
+    if (!ns) scv[ns++] = spec->schedule;
+    int total = nc * nk * ns;
     rows = calloc((size_t)total, sizeof(*rows));
     if (!rows) {
-        code = ps_cli_fail(&d, PS_EXIT_INPUT);
+        code = ps_cli_fail(&(struct ps_diag){.where = "sweep", .msg = "out of memory"}, PS_EXIT_INPUT);
         goto out;
     }
-    bool quiet = cli->verbosity < 0 || (cli->json && !strcmp(cli->json, "-"));
-    if (!quiet)
+    struct show sh = {cli, cli->verbosity < 0 || (cli->json && !strcmp(cli->json, "-"))};
+    if (!sh.quiet)
         printf("%-17s %-11s %6s %4s %4s %14s %14s %8s %12s %10s\n", "schedule", "checkpoint",
                "chunks", "m", "dev", "makespan_us", "samples/s", "bubble", "peak_mem", "recompute");
-    for (int a = 0; a < ns; a++)
-        for (int b = 0; b < nk; b++)
-            for (int c = 0; c < nc; c++) {
-                struct row *r = &rows[done++];
-                r->chunks = chunks[c];
-                r->sched = sc[a];
-                r->ckpt = ck[b];
-                if (cli->verbosity >= 0)
-                    fprintf(stderr, "\rsweep: %d/%d %s %s chunks=%d   ", done, total,
-                            scheds[sc[a]], ckpts[ck[b]], chunks[c]);
-                ps_diag_clear(&d);
-                struct ps_variant o;
-                ps_variant_from_spec(spec, &o);
-                if (ps_variant_set_chunks(&o, spec, chunks[c], &d)) {
-                    if (cli->verbosity >= 0) fputc('\n', stderr);
-                    ps_cli_warn(cli, "chunks=%d skipped: %s", chunks[c], d.msg);
-                    continue;
-                }
-                o.schedule = (enum ps_schedule)sc[a];
-                o.checkpoint = (enum ps_checkpoint)ck[b];
-                struct ps_study_sim run;
-                if (ps_study_simulate(spec, model, &o, NULL, costs, &run, &d)) {
-                    if (cli->verbosity >= 0) fputc('\n', stderr);
-                    ps_cli_warn(cli, "%s %s chunks=%d skipped: %s", scheds[sc[a]], ckpts[ck[b]],
-                                chunks[c], d.msg);
-                    ps_study_sim_finish(&run);
-                    continue;
-                }
-                r->ok = true;
-                r->makespan = run.sim.makespan_us;
-                r->throughput = r->makespan > 0 ? (double)spec->batch / (r->makespan * 1e-6) : 0;
-                r->bubble = run.sim.bubble_fraction;
-                r->recompute = run.sim.recompute_overhead;
-                r->devices = run.sim.n_devices;
-                for (int dv = 0; dv < run.sim.n_devices; dv++)
-                    if (run.sim.dev[dv].peak_bytes > r->peak) r->peak = run.sim.dev[dv].peak_bytes;
-                if (!quiet) {
-                    char mb[32];
-                    printf("%-17s %-11s %6d %4d %4d %14.3f %14.1f %8.4f %12s %9.1f%%\n",
-                           scheds[sc[a]], ckpts[ck[b]], chunks[c], o.mb_count, r->devices,
-                           r->makespan, r->throughput, r->bubble,
-                           ps_viz_bytes((double)r->peak, mb, sizeof(mb)),
-                           100 * r->recompute);
-                    fflush(stdout);
-                }
-                ps_study_sim_finish(&run);
-            }
+    struct ps_sweep_opts so = {.chunks = chunks, .n_chunks = nc, .ckpt = ckv, .n_ckpt = nk,
+                               .sched = scv, .n_sched = ns, .before = before, .after = after,
+                               .ctx = &sh};
+    int n_ok = ps_study_sweep(spec, model, costs, &so, rows, &d);
     if (cli->verbosity >= 0) fprintf(stderr, "\rsweep: %d configurations done.%20s\n", total, "");
-    int n_ok = 0;
-    for (int k = 0; k < total; k++) n_ok += rows[k].ok;
     if (n_ok == 0) {
         /* nothing to report: the last configuration's error says why */
         code = ps_cli_fail(&d, PS_EXIT_INPUT);
         goto out;
     }
-    cJSON *root = NULL;
-    if (cli->json || cli->outdir) {
-        root = ps_report_new();
-        cJSON *arr = cJSON_CreateArray();
-        for (int k = 0; k < total; k++) {
-            const struct row *r = &rows[k];
-            cJSON *x = cJSON_CreateObject();
-            ps_json_add_string(x, "schedule", scheds[r->sched]);
-            ps_json_add_string(x, "checkpoint", ckpts[r->ckpt]);
-            ps_json_add_int(x, "chunks", r->chunks);
-            ps_json_add_bool(x, "ok", r->ok);
-            if (r->ok) {
-                ps_json_add_int(x, "devices", r->devices);
-                ps_json_add_number(x, "makespan_us", r->makespan);
-                ps_json_add_number(x, "throughput_samples_per_s", r->throughput);
-                ps_json_add_number(x, "bubble_fraction", r->bubble);
-                ps_json_add_int(x, "peak_bytes", r->peak);
-                ps_json_add_number(x, "recompute_overhead", r->recompute);
-            }
-            cJSON_AddItemToArray(arr, x);
-        }
-        ps_json_set(root, "sweep", arr);
-    }
+    cJSON *root = cli->json || cli->outdir ? sweep_json(rows, total) : NULL;
     if (cli->json && ps_report_write(root, cli->json, &d)) code = ps_cli_fail(&d, PS_EXIT_INPUT);
-    if (!code && cli->outdir) {
-        char path[4096];
-        snprintf(path, sizeof(path), "%s/sweep.json", cli->outdir_files);
-        if (ps_report_write(root, path, &d))
-            code = ps_cli_fail(&d, PS_EXIT_INPUT);
-        static const char *const what[] = {"makespan", "throughput", "bubble", "memory"};
-        static const char *const ylab[] = {"makespan", "samples/s", "bubble fraction",
-                                           "peak activation memory"};
-        static const enum ps_plot_unit yunit[] = {PS_UNIT_US, PS_UNIT_NONE, PS_UNIT_NONE,
-                                                  PS_UNIT_BYTES};
-        int nser = ns * nk;
-        double *x = malloc((size_t)nc * sizeof(double));
-        double *y = malloc((size_t)nser * (size_t)nc * sizeof(double));
-        struct ps_plot_series *ser = calloc((size_t)nser, sizeof(*ser));
-        char(*names)[64] = calloc((size_t)nser, 64);
-        for (int w = 0; w < 4 && !code && x && y && ser && names; w++) {
-            for (int c = 0; c < nc; c++) x[c] = chunks[c];
-            for (int s = 0; s < nser; s++) {
-                snprintf(names[s], 64, "%s %s", scheds[sc[s / nk]], ckpts[ck[s % nk]]);
-                ser[s].name = names[s];
-                ser[s].y = y + (size_t)s * nc;
-                for (int c = 0; c < nc; c++) {
-                    const struct row *r = &rows[s * nc + c];
-                    double val = w == 0 ? r->makespan : w == 1 ? r->throughput
-                                                : w == 2   ? r->bubble
-                                                           : (double)r->peak;
-                    y[(size_t)s * nc + c] = r->ok ? val : NAN;
-                }
-            }
-            struct ps_line_plot lp = {.title = what[w], .xlabel = "chunks", .ylabel = ylab[w],
-                                      .y_unit = yunit[w],
-                                      .n = (uint32_t)nc, .x = x, .log2_x = true, .y_zero = true,
-                                      .n_series = (uint32_t)nser, .series = ser};
-            snprintf(path, sizeof(path), "%s/%s.svg", cli->outdir_files, what[w]);
-            if (ps_plot_lines_file(&lp, path, &d)) code = ps_cli_fail(&d, PS_EXIT_INPUT);
-        }
-        free(x);
-        free(y);
-        free(ser);
-        free(names);
-    }
+    if (!code && cli->outdir) code = write_folder(cli, root, &so, rows, &d);
     cJSON_Delete(root);
 out:
     free(rows);

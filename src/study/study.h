@@ -6,6 +6,7 @@
  *   simulate.c   one simulation of a variant (or of a hand-written plan) with its costs
  *   whatif.c     the no-phony what-if: the same variant without depend() edges
  *   drift.c      the BatchNorm drift sweep over chunks x policy x checkpoint (src/drift.h)
+ *   sweep.c      the chunks x checkpoint x schedule sweep of simulations
  *   diagnose.c   diagnose's phases (check, simulate, execute + compare + calibrate, drift, BN
  *                adaptation), each one function
  *   report.c     diagnose's findings, page and report folder contents
@@ -83,6 +84,41 @@ void ps_study_whatif_finish(struct ps_whatif *w); /* accepts a zeroed struct */
  * setting that fails names its chunks/policy/checkpoint). */
 int ps_drift_run(const struct ps_spec *spec, const struct ps_model *model,
                  const struct ps_drift_opts *o, struct ps_drift *out, struct ps_diag *d);
+/* ---- sweep.c -------------------------------------------------------------------------------- */
+
+/* One configuration of a sweep: the spec with chunks, checkpoint mode and schedule set. */
+struct ps_sweep_row {
+    int chunks, m;               /* configured chunks, real micro-batches */
+    int devices;                 /* devices the schedule ran on */
+    enum ps_schedule sched;
+    enum ps_checkpoint ckpt;
+    bool ok;
+    bool bad_chunks;             /* the spec cannot take these chunks (no schedule was tried) */
+    char why[PS_DIAG_MSG_MAX];   /* not ok: why */
+    double makespan, throughput, bubble, recompute;
+    int64_t peak;                /* the highest peak activation memory of any device */
+};
+
+struct ps_sweep_opts {
+    const int *chunks;
+    int n_chunks;
+    const enum ps_checkpoint *ckpt;
+    int n_ckpt;
+    const enum ps_schedule *sched;
+    int n_sched;
+    /* called before and after each row (k counts from 1 to n); may be NULL */
+    void (*before)(void *ctx, int k, int n, const struct ps_sweep_row *r);
+    void (*after)(void *ctx, int k, int n, const struct ps_sweep_row *r);
+    void *ctx;
+};
+
+/* Simulates every configuration, schedule-major, then checkpoint, then chunks, into rows
+ * (n_sched x n_ckpt x n_chunks of them). A configuration that cannot be built is a row with ok
+ * false and why. Returns how many ran; diag holds the last failure (for a sweep where none ran). */
+int ps_study_sweep(const struct ps_spec *spec, const struct ps_model *model,
+                   const struct ps_costs *costs, const struct ps_sweep_opts *o,
+                   struct ps_sweep_row *rows, struct ps_diag *diag);
+
 /* ---- diagnose.c, report.c ----------------------------------------------------------------- */
 
 /* diagnose: everything this machine can find out about a spec, one phase per function. The
