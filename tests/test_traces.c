@@ -12,6 +12,9 @@
  *     Analysis project (tests/golden/traces/hta, gzip as published, four annotations per rank
  *     renamed to PP: names); the spans, streams and the clock correction they must give are
  *     computed by make_hta_excerpt.py in Python from the same rule (hta-expected.json).
+ *   - calibration: the PyTorch-shaped traces' kernels take 31 + 9 us (forward) and 35 + 28 + 7 us
+ *     (backward) per micro-batch of 2 samples (gen_pp_kineto.py), so the fit must say 20 and 35
+ *     us per sample.
  *   - names: the strings PyTorch pipelining writes are "PP:" + str(_Action), str = stage index,
  *     computation type value, micro-batch index (torch/distributed/pipelining/schedules.py,
  *     _Action.__repr__ and _get_profiler_function_name), e.g. PP:0F3, PP:2I1, PP:1SEND_F0.
@@ -30,6 +33,7 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 
+#include "sim/calibrate.h"
 #include "sim/cost.h"
 #include "sim/sim.h"
 #include "src/compare.h"
@@ -269,6 +273,15 @@ static void test_pytorch_pp_ranks(void **state)
     assert_true(c.lanes[1].device == 1 && c.lanes[1].stream == 7 && c.lanes[1].n_tasks == 8);
     assert_int_equal(c.lane_pairs, 2 * 28);
     assert_int_equal(c.lane_inversions, 0);
+    /* calibration from these traces recovers the kernels' times: micro-batches of 2 samples,
+       forward 40 us -> 20 us per sample, backward 70 us -> 35 us per sample, both stages */
+    struct ps_calib cal;
+    assert_int_equal(ps_calibrate(f.g, &f.o, &t, true, &cal, &d), 0);
+    for (int j = 0; j < 2; j++) {
+        assert_true(fabs(cal.part_fwd_us[j] - 20.0) < 1e-6);
+        assert_true(fabs(cal.part_bwd_us[j] - 35.0) < 1e-6);
+    }
+    ps_calib_finish(&cal);
     ps_compare_finish(&c);
     ps_sim_finish(&s);
     ps_trace_read_info_finish(&in);
