@@ -95,6 +95,41 @@ static int add_measured(struct paths *p, const char *arg, struct ps_diag *d)
     return 0;
 }
 
+/* what the summary names besides the results */
+struct shown {
+    const char *meas_path, *sim_path, *cal_path, *costs;
+    uint32_t n_files;
+    int exceeded;
+    const char *why;
+};
+
+static void print_result(const struct ps_spec *spec, const struct ps_graph *g,
+                         const struct ps_trace *tm, const struct ps_trace_read_info *info,
+                         const struct ps_compare *cmp, const struct ps_calib *cal,
+                         const struct ps_compare *cmp2, const struct shown *sh)
+{
+    char line[256];
+    printf("compare: %s (%s)\n", spec->path, spec->name ? spec->name : "");
+    printf("  measured:  %s%s (%s trace, %u tasks mapped: %u by id, %u by name; %u events "
+           "ignored)\n",
+           sh->n_files > 1 ? "" : sh->meas_path, sh->n_files > 1 ? "several files" : "", info->pipescope ? ps_trace_source_name(tm->source) : info->kineto ? "kineto" : "profiler",
+           tm->n - cmp->n_unmatched, info->n_by_id, info->n_by_name,
+           info->n_ignored);
+    ps_trace_info_print(stdout, info);
+    printf("  simulated: %s\n",
+           sh->sim_path ? sh->sim_path : sh->costs ? sh->costs : "from the spec (roofline costs)");
+    ps_cmp_print(stdout, g, cmp);
+    if (cal) {
+        printf("calibration (written to %s):\n", sh->cal_path);
+        ps_calib_print(stdout, cal);
+        char a[256];
+        printf("  before: %s\n", ps_cmp_oneline(cmp, line, sizeof(line)));
+        printf("  after:  %s\n", ps_cmp_oneline(cmp2, a, sizeof(a)));
+    }
+    if (sh->exceeded) printf("result: exceeds the tolerance:\n%s", sh->why);
+    else printf("result: within tolerance (%s)\n", ps_cmp_oneline(cmp, line, sizeof(line)));
+}
+
 int ps_cmd_compare(struct ps_cli *cli)
 {
     const char *meas_path = NULL, *meas_arg[64], *sim_path = NULL, *tol_s = NULL, *cal_path = NULL,
@@ -197,9 +232,8 @@ int ps_cmd_compare(struct ps_cli *cli)
     }
     int exceeded = ps_compare_check(&cmp, &tol, why, sizeof(why));
     if (cal_path) {
-        if (ps_calibrate(g, &run.order, &tm, !strcmp(unit, "sample"), &cal, &d) ||
-            ps_study_simulate(spec, model, &o, NULL, cal.costs, &run2, &d) ||
-            ps_compare_run(run2.g, &run2.sim.trace, &tm, &cmp2, &d) ||
+        if (ps_study_calibrate(spec, model, &run, &tm, !strcmp(unit, "sample"), &cal, &run2, &cmp2,
+                               &d) ||
             ps_costs_write(cal.costs, cal_path, &d)) {
             code = ps_cli_fail(&d, PS_EXIT_INPUT);
             goto out;
@@ -207,27 +241,9 @@ int ps_cmd_compare(struct ps_cli *cli)
     }
     bool quiet = cli->verbosity < 0 || (cli->json && !strcmp(cli->json, "-"));
     if (!quiet) {
-        char line[256];
-        printf("compare: %s (%s)\n", spec->path, spec->name ? spec->name : "");
-        printf("  measured:  %s%s (%s trace, %u tasks mapped: %u by id, %u by name; %u events "
-               "ignored)\n",
-               mp.n > 1 ? "" : meas_path, mp.n > 1 ? "several files" : "", info.pipescope ? ps_trace_source_name(tm.source) : info.kineto ? "kineto" : "profiler",
-               tm.n - cmp.n_unmatched, info.n_by_id, info.n_by_name,
-               info.n_ignored);
-        ps_trace_info_print(stdout, &info);
-        printf("  simulated: %s\n",
-               sim_path ? sim_path
-                        : costs ? (costs_path ? costs_path : spec->costs) : "from the spec (roofline costs)");
-        ps_cmp_print(stdout, g, &cmp);
-        if (cal_path) {
-            printf("calibration (written to %s):\n", cal_path);
-            ps_calib_print(stdout, &cal);
-            char a[256];
-            printf("  before: %s\n", ps_cmp_oneline(&cmp, line, sizeof(line)));
-            printf("  after:  %s\n", ps_cmp_oneline(&cmp2, a, sizeof(a)));
-        }
-        if (exceeded) printf("result: exceeds the tolerance:\n%s", why);
-        else printf("result: within tolerance (%s)\n", ps_cmp_oneline(&cmp, line, sizeof(line)));
+        struct shown sh = {meas_path, sim_path, cal_path, costs ? (costs_path ? costs_path : spec->costs) : NULL,
+                           mp.n, exceeded, why};
+        print_result(spec, g, &tm, &info, &cmp, cal_path ? &cal : NULL, &cmp2, &sh);
     }
     if (cli->svg) {
         struct ps_gantt_opts go = {.title = spec->name, .label = "measured", .label2 = "simulated"};

@@ -196,14 +196,8 @@ void ps_diagnose_execute(struct ps_diagnose *dg)
     if (cpu->ok && cpu->have_cmp) {
         struct ps_diag cd;
         ps_diag_clear(&cd);
-        struct ps_variant v;
-        ps_variant_from_spec(dg->spec, &v);
-        const struct ps_study_sim *s = &dg->sim;
-        if (ps_calibrate(s->g, &s->order, &cpu->res.trace, true, &dg->cal, &cd) == 0 &&
-            ps_study_simulate(dg->spec, dg->model, &v, NULL, dg->cal.costs, &dg->sim_cal, &cd) == 0 &&
-            ps_compare_run(dg->sim_cal.g, &dg->sim_cal.sim.trace, &cpu->res.trace, &dg->cmp_cal,
-                           &cd) == 0)
-            dg->have_cal = true;
+        dg->have_cal = ps_study_calibrate(dg->spec, dg->model, &dg->sim, &cpu->res.trace, true,
+                                          &dg->cal, &dg->sim_cal, &dg->cmp_cal, &cd) == 0;
     }
 }
 

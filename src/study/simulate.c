@@ -1,4 +1,5 @@
-/* study/simulate: build, order, cost and simulate one variant (study.h). */
+/* study/simulate: build, order, cost and simulate one variant, and the same after calibrating
+ * the costs to a measurement (study.h). */
 #include "src/study/study.h"
 
 #include <errno.h>
@@ -47,5 +48,18 @@ int ps_study_costs(const struct ps_spec *spec, const char *override, struct ps_c
         ps_costs_destroy(*out);
         *out = NULL;
     }
+    return rc;
+}
+
+int ps_study_calibrate(const struct ps_spec *spec, const struct ps_model *model,
+                       const struct ps_study_sim *base, const struct ps_trace *meas,
+                       bool per_sample, struct ps_calib *cal, struct ps_study_sim *sim_cal,
+                       struct ps_compare *cmp_cal, struct ps_diag *diag)
+{
+    struct ps_variant v;
+    ps_variant_from_spec(spec, &v);
+    int rc = ps_calibrate(base->g, &base->order, meas, per_sample, cal, diag);
+    if (!rc) rc = ps_study_simulate(spec, model, &v, NULL, cal->costs, sim_cal, diag);
+    if (!rc) rc = ps_compare_run(sim_cal->g, &sim_cal->sim.trace, meas, cmp_cal, diag);
     return rc;
 }

@@ -52,6 +52,14 @@ void ps_study_sim_finish(struct ps_study_sim *run); /* accepts a zeroed struct *
 int ps_study_costs(const struct ps_spec *spec, const char *override, struct ps_costs **out,
                    struct ps_diag *diag);
 
+/* Compare + calibrate: the costs fitted to a measured trace of base's graph (sim/calibrate.h),
+ * the spec's variant simulated again with them, and that simulation compared with the trace.
+ * per_sample selects the costs file's unit. 0 or a negative errno with diag. */
+int ps_study_calibrate(const struct ps_spec *spec, const struct ps_model *model,
+                       const struct ps_study_sim *base, const struct ps_trace *meas,
+                       bool per_sample, struct ps_calib *cal, struct ps_study_sim *sim_cal,
+                       struct ps_compare *cmp_cal, struct ps_diag *diag);
+
 /* ---- whatif.c ------------------------------------------------------------------------------ */
 
 /* The no-phony what-if (SEMANTICS.md): the same variant without depend() edges, its engine
