@@ -2,6 +2,7 @@
  * sim/COSTS.md). */
 #include "sim/cost.h"
 #include "src/file.h"
+#include "src/json_in.h"
 #include "src/memlimit.h"
 
 #include <cjson/cJSON.h>
@@ -146,8 +147,11 @@ int ps_costs_parse(const char *json, const char *name, struct ps_costs **out,
                    struct ps_diag *diag)
 {
     *out = NULL;
-    cJSON *root = cJSON_Parse(json);
-    if (!root || !cJSON_IsObject(root)) {
+    static const struct ps_json_doc doc = {"a costs file", "{\"pipescope_costs\": 1, ...}"};
+    cJSON *root;
+    int prc = ps_json_parse_doc(json, strlen(json), name, &doc, &root, diag);
+    if (prc) return prc;
+    if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return ps_diag_set(diag, -EINVAL, name, "not a JSON object");
     }

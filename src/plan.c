@@ -4,6 +4,7 @@
  */
 #include "src/plan.h"
 #include "src/file.h"
+#include "src/json_in.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -19,6 +20,7 @@ void ps_plan_finish(struct ps_plan *p)
     free(p->act);
     free(p->len);
     free(p->lane_device);
+    free(p->source);
     memset(p, 0, sizeof(*p));
 }
 
@@ -54,8 +56,10 @@ int ps_plan_parse(const char *json, const char *name, const struct ps_spec *spec
                   struct ps_plan *out, struct ps_diag *diag)
 {
     memset(out, 0, sizeof(*out));
-    cJSON *root = cJSON_Parse(json);
-    if (!root) return ps_diag_set(diag, -EINVAL, name, "not valid JSON");
+    static const struct ps_json_doc doc = {"an --actions plan", "{\"stages\": [[\"F0\", ...], ...]}"};
+    cJSON *root;
+    int prc = ps_json_parse_doc(json, strlen(json), name, &doc, &root, diag);
+    if (prc) return prc;
     int rc = 0;
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(root, "stages");
     int S = spec->n_partitions, m = spec->mb_count;
@@ -136,6 +140,10 @@ int ps_plan_load(const char *path, const struct ps_spec *spec, struct ps_plan *o
     rc = *first == '{' ? ps_plan_parse(buf, path, spec, out, diag)
                        : ps_plan_csv_parse(buf, path, spec, out, diag);
     free(buf);
+    if (rc == 0 && !(out->source = strdup(path))) {
+        ps_plan_finish(out);
+        return ps_diag_set(diag, -ENOMEM, path, "out of memory");
+    }
     return rc;
 }
 
@@ -217,7 +225,7 @@ static void wgrad_share(const struct ps_model *model, int part, double *wf, doub
 
 static int validate_plan(const struct ps_spec *spec, const struct ps_plan *p, struct ps_diag *d)
 {
-    const char *w = spec ? spec->path : "plan";
+    const char *w = p->source ? p->source : spec ? spec->path : "plan";
     int S = p->n_stages, m = p->m;
     size_t cells = (size_t)S * (size_t)m;
     uint8_t *seen = calloc(cells, 3);

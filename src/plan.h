@@ -55,6 +55,7 @@ struct ps_plan {
     struct ps_action **act;
     int *lane_device;    /* device id of each lane */
     uint32_t ignored;    /* imported communication/FSDP actions that were skipped */
+    char *source;        /* the --actions file it was read from (errors name it), or NULL */
 };
 
 void ps_plan_finish(struct ps_plan *p); /* accepts a zeroed struct */

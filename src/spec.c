@@ -4,8 +4,9 @@
  * names the place ("FILE: json.path", or "FILE:LINE:COL" for malformed JSON) and says what was
  * expected and what was found. Validation runs in a fixed order so the reported (first) error is
  * deterministic:
- *   1. read the file, parse it (cJSON, trailing content rejected), locate syntax errors by line:col;
- *   2. walk the whole document once and reject duplicate keys (cJSON silently keeps both);
+ *   1. read the file (file.h), parse it (json_in.h: exactly one value, syntax errors by line:col,
+ *      nesting, \u0000, duplicate keys);
+ *   2. (in 1: json_in.h rejects duplicate keys, which cJSON silently keeps);
  *   3. top level: "pipescope" version first (a future format may differ everywhere), then unknown
  *      keys, then name, batch, model, pipeline, data, hardware, costs, train, each object checking
  *      its unknown keys before its fields, fields in the order FORMATS.md lists them;
@@ -20,6 +21,7 @@
 #include "src/spec.h"
 
 #include "src/file.h"
+#include "src/json_in.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -134,48 +136,14 @@ static char *xstrdup(const char *s)
     return p;
 }
 
-/* snprintf into a fixed buffer; a too-long path is truncated, never overflowed. */
-static void bprintf(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void bprintf(char *buf, size_t n, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, n, fmt, ap);
-    va_end(ap);
-}
-
-/* A key is written bare in a path when it looks like an identifier, else as ["..."]. */
 static void path_key(char *buf, size_t n, const char *parent, const char *key)
 {
-    int plain = key[0] != '\0';
-    for (const char *k = key; *k; k++) {
-        unsigned char ch = (unsigned char)*k;
-        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || ch == '_' || ch == '-' ||
-              (ch >= '0' && ch <= '9' && k != key)))
-            plain = 0;
-    }
-    if (plain) {
-        bprintf(buf, n, "%s%s%s", parent, parent[0] ? "." : "", key);
-        return;
-    }
-    char esc[96];
-    size_t o = 0;
-    for (const char *k = key; *k && o + 7 < sizeof(esc); k++) {
-        unsigned char ch = (unsigned char)*k;
-        if (ch == '"' || ch == '\\')
-            o += (size_t)snprintf(esc + o, sizeof(esc) - o, "\\%c", ch);
-        else if (ch < 0x20)
-            o += (size_t)snprintf(esc + o, sizeof(esc) - o, "\\u%04x", ch);
-        else
-            esc[o++] = (char)ch;
-    }
-    esc[o] = '\0';
-    bprintf(buf, n, "%s[\"%s\"]", parent, esc);
+    ps_json_path_key(buf, n, parent, key);
 }
 
 static void path_index(char *buf, size_t n, const char *parent, int i)
 {
-    bprintf(buf, n, "%s[%d]", parent, i);
+    ps_json_path_index(buf, n, parent, i);
 }
 
 /* Shortest decimal that reads back as the same double. */
@@ -437,34 +405,6 @@ static int check_keys(struct ctx *c, const cJSON *obj, const char *path, const c
         else
             ps_diag_hint(c->diag, "valid keys: %s", list);
         return rc;
-    }
-    return 0;
-}
-
-/* cJSON keeps every member of an object, repeated keys included: walk and compare. */
-static int check_duplicates(struct ctx *c, const cJSON *v, const char *path, int depth)
-{
-    char sub[PATH_LEN];
-    if (cJSON_IsObject(v)) {
-        for (const cJSON *a = v->child; a; a = a->next) {
-            for (const cJSON *b = v->child; b != a; b = b->next)
-                if (strcmp(a->string, b->string) == 0) {
-                    path_key(sub, sizeof(sub), path, a->string);
-                    return err(c, sub, "duplicate key (an object may name each key only once)");
-                }
-        }
-        for (const cJSON *a = v->child; a; a = a->next) {
-            path_key(sub, sizeof(sub), path, a->string);
-            int rc = check_duplicates(c, a, sub, depth + 1);
-            if (rc) return rc;
-        }
-    } else if (cJSON_IsArray(v)) {
-        int i = 0;
-        for (const cJSON *a = v->child; a; a = a->next, i++) {
-            path_index(sub, sizeof(sub), path, i);
-            int rc = check_duplicates(c, a, sub, depth + 1);
-            if (rc) return rc;
-        }
     }
     return 0;
 }
@@ -1060,7 +1000,6 @@ static int parse_root(struct ctx *c, const cJSON *root)
         describe(root, found, sizeof(found));
         return err(c, NULL, "expected a JSON object at the top level, found %s", found);
     }
-    if ((rc = check_duplicates(c, root, "", 0))) return rc;
 
     int64_t version;
     if ((rc = get_int(c, root, "", "pipescope", true, &version, path, sizeof(path)))) {
@@ -1106,120 +1045,13 @@ static int parse_root(struct ctx *c, const cJSON *root)
 }
 
 /* Line and column (1-based; columns count UTF-8 code points) of byte `pos` in `text`. */
-static void line_col(const char *text, size_t pos, int *line, int *col)
-{
-    *line = 1;
-    *col = 1;
-    for (size_t i = 0; i < pos && text[i]; i++) {
-        unsigned char ch = (unsigned char)text[i];
-        if (ch == '\n') {
-            (*line)++;
-            *col = 1;
-        } else if ((ch & 0xC0) != 0x80) {
-            (*col)++;
-        }
-    }
-}
-
-/* cJSON only says where it stopped. Look for the usual culprits before that point: a trailing
- * comma, a comment, a single-quoted string. Returns the offset of the culprit or `stop`. */
-static size_t diagnose_syntax(const char *t, size_t stop, const char **what, const char **hint)
-{
-    bool in_str = false;
-    size_t last_comma = (size_t)-1;
-    for (size_t i = 0; t[i] && i <= stop; i++) {
-        char ch = t[i];
-        if (in_str) {
-            if (ch == '\\' && t[i + 1])
-                i++;
-            else if (ch == '"')
-                in_str = false;
-            continue;
-        }
-        if (ch == '"') {
-            in_str = true;
-            last_comma = (size_t)-1;
-        } else if (ch == ',') {
-            last_comma = i;
-        } else if ((ch == '}' || ch == ']') && last_comma != (size_t)-1) {
-            *what = ch == '}' ? "trailing comma before '}'" : "trailing comma before ']'";
-            *hint = "JSON does not allow a comma after the last element";
-            return last_comma;
-        } else if (ch == '/' && (t[i + 1] == '/' || t[i + 1] == '*')) {
-            *what = "comment";
-            *hint = "JSON has no comments";
-            return i;
-        } else if (ch == '\'') {
-            *what = "single quote";
-            *hint = "JSON strings use double quotes";
-            return i;
-        } else if (ch != ' ' && ch != '\t' && ch != '\n' && ch != '\r') {
-            last_comma = ch == ',' ? i : (size_t)-1;
-        }
-    }
-    *what = NULL;
-    return stop;
-}
-
 static int parse_text(struct ctx *c, const char *json, size_t len)
 {
-    if (strlen(json) != len) {
-        int line, col;
-        line_col(json, strlen(json), &line, &col);
-        char where[PS_DIAG_WHERE_MAX];
-        snprintf(where, sizeof(where), "%s:%d:%d", c->file, line, col);
-        return ps_diag_set(c->diag, -EINVAL, where, "malformed JSON: NUL byte in the text");
-    }
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithOpts(json, &end, 1);
-    if (!root) {
-        const char *ep = end ? end : cJSON_GetErrorPtr();
-        const char *vend = NULL;
-        cJSON *value = cJSON_ParseWithOpts(json, &vend, 0);
-        if (value) { /* a complete value followed by more text */
-            cJSON_Delete(value);
-            size_t pos = (size_t)(vend - json);
-            pos += strspn(json + pos, " \t\r\n");
-            int line, col;
-            line_col(json, pos, &line, &col);
-            char where[PS_DIAG_WHERE_MAX];
-            snprintf(where, sizeof(where), "%s:%d:%d", c->file, line, col);
-            ps_diag_set(c->diag, -EINVAL, where,
-                        "malformed JSON: unexpected text after the top-level value");
-            ps_diag_hint(c->diag, "a spec is exactly one JSON object");
-            return -EINVAL;
-        }
-        size_t stop = ep && ep >= json && ep <= json + len ? (size_t)(ep - json) : len;
-        const char *what = NULL, *hint = NULL;
-        size_t pos = diagnose_syntax(json, stop, &what, &hint);
-        size_t first = strspn(json, " \t\r\n");
-        if (!what && first == len) {
-            what = "empty document";
-            hint = "a spec is a JSON object: {\"pipescope\": 1, ...}";
-        } else if (!what && stop >= len) {
-            what = "unexpected end of input";
-            hint = "an object, array or string is not closed";
-        }
-        if (what && first == len) pos = len;
-        int line, col;
-        line_col(json, pos, &line, &col);
-        char where[PS_DIAG_WHERE_MAX];
-        snprintf(where, sizeof(where), "%s:%d:%d", c->file, line, col);
-        if (what) {
-            ps_diag_set(c->diag, -EINVAL, where, "malformed JSON: %s", what);
-            ps_diag_hint(c->diag, "%s", hint);
-        } else {
-            char near[24];
-            size_t k = 0;
-            for (const char *p = json + pos; *p && *p != '\n' && k + 1 < sizeof(near) - 4; p++)
-                near[k++] = (*p == '\t' || (unsigned char)*p < 0x20) ? ' ' : *p;
-            near[k] = '\0';
-            ps_diag_set(c->diag, -EINVAL, where, "malformed JSON near '%s%s'", near,
-                        strlen(json + pos) > k && json[pos + k] != '\n' ? "..." : "");
-        }
-        return -EINVAL;
-    }
-    int rc = parse_root(c, root);
+    static const struct ps_json_doc doc = {"a spec", "{\"pipescope\": 1, ...}"};
+    cJSON *root;
+    int rc = ps_json_parse_doc(json, len, c->file, &doc, &root, c->diag);
+    if (rc) return rc;
+    rc = parse_root(c, root);
     cJSON_Delete(root);
     return rc;
 }
