@@ -130,6 +130,60 @@ static void print_result(const struct ps_spec *spec, const struct ps_graph *g,
     else printf("result: within tolerance (%s)\n", ps_cmp_oneline(cmp, line, sizeof(line)));
 }
 
+/* what --svg, --dot and --json write */
+struct outputs {
+    const struct ps_spec *spec;
+    const struct ps_graph *g;
+    const struct ps_study_sim *run;
+    const struct ps_trace *sim, *tm;
+    const struct ps_trace_read_info *info;
+    const struct ps_compare *cmp;
+    const struct ps_calib *cal; /* NULL without --calibrate */
+    const struct ps_compare *cmp2;
+    const struct ps_tolerance *tol;
+    int exceeded;
+    const char *why, *dot;
+};
+
+static int write_outputs(const struct ps_cli *cli, const struct outputs *o, struct ps_diag *d)
+{
+    if (cli->svg) {
+        struct ps_gantt_opts go = {.title = o->spec->name, .label = "measured", .label2 = "simulated"};
+        if (o->sim == &o->run->sim.trace) {
+            go.issue2_us = o->run->sim.issue_us;
+            go.launch2_us = o->run->sim.launch_us;
+        }
+        if (ps_plot_gantt_file(o->g, o->tm, o->sim, &go, cli->svg, d)) {
+            return ps_cli_fail(d, PS_EXIT_INPUT);
+        }
+    }
+    if (o->dot) {
+        double *errs = ps_compare_node_errors(o->cmp, o->g);
+        struct ps_dot_opts dop;
+        ps_dot_opts_init(&dop);
+        dop.tasks_only = o->g->n_nodes > 400;
+        dop.node_value = errs;
+        dop.value_name = "duration error (measured - simulated) / measured";
+        dop.title = o->spec->name;
+        int rc = !errs ? ps_diag_set(d, -ENOMEM, "compare", "out of memory")
+                       : ps_dot_write_file(o->g, &dop, o->dot, d);
+        free(errs);
+        if (rc) return ps_cli_fail(d, PS_EXIT_INPUT);
+    }
+    if (cli->json) {
+        cJSON *root = ps_report_new();
+        ps_report_add_spec(root, o->spec);
+        ps_report_add_graph(root, o->g);
+        cJSON *cj = ps_cmp_json(o->g, o->cmp, o->tm, o->info, o->tol, o->exceeded, o->why);
+        if (o->cal && cj) cJSON_AddItemToObject(cj, "calibration", ps_calib_json(o->cal, o->cmp, o->cmp2));
+        ps_json_set(root, "comparison", cj);
+        int rc = ps_report_write(root, cli->json, d);
+        cJSON_Delete(root);
+        if (rc) return ps_cli_fail(d, PS_EXIT_INPUT);
+    }
+    return 0;
+}
+
 int ps_cmd_compare(struct ps_cli *cli)
 {
     const char *meas_path = NULL, *meas_arg[64], *sim_path = NULL, *tol_s = NULL, *cal_path = NULL,
@@ -186,7 +240,6 @@ int ps_cmd_compare(struct ps_cli *cli)
     memset(&cmp2, 0, sizeof(cmp2));
     struct ps_calib cal;
     memset(&cal, 0, sizeof(cal));
-    double *errs = NULL;
     struct paths mp = {0};
     int code = PS_EXIT_OK;
     char why[2048] = "";
@@ -245,46 +298,13 @@ int ps_cmd_compare(struct ps_cli *cli)
                            mp.n, exceeded, why};
         print_result(spec, g, &tm, &info, &cmp, cal_path ? &cal : NULL, &cmp2, &sh);
     }
-    if (cli->svg) {
-        struct ps_gantt_opts go = {.title = spec->name, .label = "measured", .label2 = "simulated"};
-        if (sim == &run.sim.trace) {
-            go.issue2_us = run.sim.issue_us;
-            go.launch2_us = run.sim.launch_us;
-        }
-        if (ps_plot_gantt_file(g, &tm, sim, &go, cli->svg, &d)) {
-            code = ps_cli_fail(&d, PS_EXIT_INPUT);
-            goto out;
-        }
-    }
-    if (dot) {
-        errs = ps_compare_node_errors(&cmp, g);
-        struct ps_dot_opts dop;
-        ps_dot_opts_init(&dop);
-        dop.tasks_only = g->n_nodes > 400;
-        dop.node_value = errs;
-        dop.value_name = "duration error (measured - simulated) / measured";
-        dop.title = spec->name;
-        if (!errs || ps_dot_write_file(g, &dop, dot, &d)) {
-            code = ps_cli_fail(&d, PS_EXIT_INPUT);
-            goto out;
-        }
-    }
-    if (cli->json) {
-        cJSON *root = ps_report_new();
-        ps_report_add_spec(root, spec);
-        ps_report_add_graph(root, g);
-        cJSON *cj = ps_cmp_json(g, &cmp, &tm, &info, &tol, exceeded, why);
-        if (cal_path && cj) cJSON_AddItemToObject(cj, "calibration", ps_calib_json(&cal, &cmp, &cmp2));
-        ps_json_set(root, "comparison", cj);
-        if (ps_report_write(root, cli->json, &d)) code = ps_cli_fail(&d, PS_EXIT_INPUT);
-        cJSON_Delete(root);
-        if (code) goto out;
-    }
+    struct outputs outs = {spec, g, &run, sim, &tm, &info, &cmp, cal_path ? &cal : NULL, &cmp2, &tol,
+                           exceeded, why, dot};
+    if ((code = write_outputs(cli, &outs, &d))) goto out;
     code = exceeded ? PS_EXIT_FOUND : PS_EXIT_OK;
 out:
     for (uint32_t k = 0; k < mp.n; k++) free(mp.v[k]);
     free(mp.v);
-    free(errs);
     ps_calib_finish(&cal);
     ps_compare_finish(&cmp);
     ps_compare_finish(&cmp2);
