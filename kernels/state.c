@@ -5,7 +5,8 @@
  *   conv2d      l.weight [out, cin, k, k]     l.bias [out]
  *   batchnorm   l.weight [C]  l.bias [C]      (affine)  l.running_mean [C]  l.running_var [C]
  *               l.num_batches_tracked []      (int64 scalar; shape [1] accepted on load)
- * Invariants: every tensor above exists after ps_state_init; parameters and running statistics
+ * Invariants: every tensor above exists after ps_state_init; num_batches_tracked is >= 0 on
+ * load and the kernels saturate it at INT64_MAX (never wrap), so a saved state always loads; parameters and running statistics
  * are float32 and finite; loading rejects a file whose dtype is not a float (parameters) or not
  * an integer (num_batches_tracked), whose shape differs, or that is missing while a folder is
  * given. Saving writes the files into a folder the caller made; the CLI gives it the temporary

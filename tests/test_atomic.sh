@@ -265,6 +265,14 @@ check "6: check > /dev/full exits 2 (got $rc)" [ $rc -eq 2 ]
 check "6: ... saying so: $(cat "$tmp/err")" grep -q "^pipescope: stdout: write error: No space left on device" "$tmp/err"
 "$bin" check "$small" --json - >/dev/full 2>"$tmp/err"
 check "6: --json - > /dev/full exits 2" [ $? -eq 2 ]
+# ---- 8. a saved state always loads again (num_batches_tracked at INT64_MAX saturates) ------------
+rm -rf "$u"
+cp -r "$root/tests/corpus/exec/y_weights_nbt_max" "$u"
+"$bin" run "$u/spec.json" --save-state "$u/saved" >/dev/null 2>"$tmp/err"
+check "8: a run from num_batches_tracked INT64_MAX works ($(cat "$tmp/err"))" [ $? -eq 0 ]
+rm -rf "$u/weights" && mv "$u/saved" "$u/weights"
+"$bin" run "$u/spec.json" >/dev/null 2>"$tmp/err"
+check "8: ... and its saved state loads again ($(cat "$tmp/err"))" [ $? -eq 0 ]
 left=$(find "$tmp" -name '.*.tmp.*')
 check "no temporary file or folder anywhere: $left" [ -z "$left" ]
 echo "atomic outputs: $total cases, $bad failures"

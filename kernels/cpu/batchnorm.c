@@ -106,7 +106,7 @@ int ps_cpu_bn_forward(struct ps_bn *bn, enum ps_bn_mode mode, const float *x, fl
                            "expected more than 1 value per channel when training, got %zu", m);
     double a = 0.0;
     if (mode == PS_BN_TRAIN) {
-        bn->num_batches_tracked += 1;
+        if (bn->num_batches_tracked < INT64_MAX) bn->num_batches_tracked += 1; /* saturates, never wraps */
         a = ps_cpu_bn_factor(bn, bn->num_batches_tracked);
     }
     for (size_t c = 0; c < C; c++) {
@@ -212,7 +212,7 @@ int ps_cpu_bn_commit(struct ps_bn *bn, struct ps_bn_accum *acc, struct ps_diag *
 {
     if (acc->count <= 0)
         return ps_diag_set(d, -EINVAL, "batchnorm", "commit with no accumulated statistics");
-    bn->num_batches_tracked += 1;
+    if (bn->num_batches_tracked < INT64_MAX) bn->num_batches_tracked += 1; /* saturates, never wraps */
     double a = ps_cpu_bn_factor(bn, bn->num_batches_tracked);
     for (size_t c = 0; c < bn->channels; c++) {
         double mean = acc->sum[c] / (double)acc->count;

@@ -494,7 +494,7 @@ int ps_cuda_bn_forward(struct ps_cuda_bn *bn, int mode, const float *x, float *y
     double *coef = coef_of(bn->partial, g, C);
     double factor = 0.0;
     if (mode == 0) {
-        bn->num_batches_tracked += 1;
+        if (bn->num_batches_tracked < INT64_MAX) bn->num_batches_tracked += 1; /* saturates, never wraps */
         factor = bn_factor(bn, bn->num_batches_tracked);
     }
     if (mode != 2) {
@@ -571,7 +571,7 @@ int ps_cuda_bn_commit(struct ps_cuda_bn *bn, struct ps_cuda_bn_accum *acc, float
 {
     if (acc->count <= 0)
         return ps_diag_set(d, -EINVAL, "batchnorm", "commit with no accumulated statistics");
-    bn->num_batches_tracked += 1;
+    if (bn->num_batches_tracked < INT64_MAX) bn->num_batches_tracked += 1; /* saturates, never wraps */
     double factor = bn_factor(bn, bn->num_batches_tracked);
     size_t C = bn->channels;
     fin_commit<<<fin_grid(C), 256, 0, s>>>(C, (double)acc->count, factor, acc->sum, acc->sum_sq,

@@ -173,4 +173,8 @@ case("n_npy_inputs_dev_zero", "/dev/zero: not a .npy file (bad magic: expected \
      data={"source": "npy", "inputs": "/dev/zero", "targets": "y.npy"})
 case("n_csv_dev_zero", "/dev/zero:1: a NUL byte in the line (not a text file?)",
      data={"source": "csv", "path": "/dev/zero", "target_column": -1})
+# issue [data-safety] 8: a count at INT64_MAX (training overflowed it, UBSan in batchnorm.c, and
+# the saved state was refused): it saturates, the run works and its state loads again
+w = weights(); w["1.num_batches_tracked"] = np.array(2**63 - 1, np.int64)
+case("y_weights_nbt_max", None, w)
 print("ok")
