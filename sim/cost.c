@@ -7,6 +7,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,6 +140,14 @@ static int num(const cJSON *o, const char *key, bool req, double lo, double *out
     }
     if (!cJSON_IsNumber(x) || x->valuedouble < lo)
         return ps_diag_set(d, -EINVAL, name, "%s%s: expected a number >= %g", path, key, lo);
+    /* upper bounds, so sums over a million tasks stay finite (issue [data-safety] 9) */
+    double hi = INFINITY;
+    if (strstr(key, "_us")) hi = PS_COSTS_MAX_US;
+    else if (!strcmp(key, "bandwidth")) hi = 1e16;
+    else if (!strcmp(key, "micro_batch_size")) hi = 1048576;
+    if (x->valuedouble > hi)
+        return ps_diag_set(d, -EINVAL, name, "%s%s: %g is more than %g", path, key, x->valuedouble,
+                           hi);
     *out = x->valuedouble;
     return 0;
 }
@@ -230,6 +239,11 @@ int ps_costs_parse(const char *json, const char *name, struct ps_costs **out,
         {
             if (!cJSON_IsNumber(l) || l->valuedouble < 0) {
                 rc = ps_diag_set(diag, -EINVAL, name, "optimizer_us[%d]: expected a number >= 0", k);
+                goto out;
+            }
+            if (l->valuedouble > PS_COSTS_MAX_US) {
+                rc = ps_diag_set(diag, -EINVAL, name, "optimizer_us[%d]: %g is more than %g", k,
+                                 l->valuedouble, PS_COSTS_MAX_US);
                 goto out;
             }
             c->optimizer_us[k++] = l->valuedouble;

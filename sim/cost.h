@@ -56,6 +56,10 @@ int ps_cost_fill(const struct ps_graph *g, const struct ps_costs *c, double *cos
 double ps_cost_launch_us(const struct ps_graph *g, const struct ps_costs *c);
 
 int ps_costs_load(const char *path, struct ps_costs **out, struct ps_diag *diag);
+/* The largest duration a costs file may give (us): 1000 s per task, so that a makespan summed
+ * over millions of tasks stays finite. */
+#define PS_COSTS_MAX_US 1e9
+
 int ps_costs_parse(const char *json, const char *name, struct ps_costs **out,
                    struct ps_diag *diag);
 void ps_costs_destroy(struct ps_costs *c); /* accepts NULL */

@@ -928,6 +928,21 @@ static int get_positive(struct ctx *c, const cJSON *obj, const char *parent, con
     return check_range(c, path, *out, 0, zero_ok, NAN, false);
 }
 
+/* get_positive, then within [lo, hi]: rates of at least lo (so a time is not a division by a
+ * denormal) and at most hi (so sums over millions of tasks stay finite), issue [data-safety] 9. */
+static int get_sane(struct ctx *c, const cJSON *obj, const char *parent, const char *key,
+                    bool zero_ok, double lo, double hi, double *out)
+{
+    double v = *out;
+    int rc = get_positive(c, obj, parent, key, zero_ok, &v);
+    if (rc || v == *out) return rc;
+    char path[PATH_LEN];
+    path_key(path, sizeof(path), parent, key);
+    if ((rc = check_range(c, path, v, zero_ok && v == 0 ? 0 : lo, true, hi, true))) return rc;
+    *out = v;
+    return 0;
+}
+
 static int parse_hardware(struct ctx *c, const cJSON *hj)
 {
     struct ps_spec *s = c->spec;
@@ -939,17 +954,19 @@ static int parse_hardware(struct ctx *c, const cJSON *hj)
     if (rc < 0) return rc;
     if (rc == 0) {
         if ((rc = check_keys(c, o, path, keys_hw_dev, NULL))) return rc;
-        if ((rc = get_positive(c, o, path, "flops", false, &s->dev_flops))) return rc;
-        if ((rc = get_positive(c, o, path, "mem_bandwidth", false, &s->dev_mem_bw))) return rc;
-        if ((rc = get_positive(c, o, path, "launch_overhead_us", true, &s->dev_launch_us)))
+        if ((rc = get_sane(c, o, path, "flops", false, 1e3, 1e18, &s->dev_flops))) return rc;
+        if ((rc = get_sane(c, o, path, "mem_bandwidth", false, 1e3, 1e16, &s->dev_mem_bw)))
+            return rc;
+        if ((rc = get_sane(c, o, path, "launch_overhead_us", true, 0, 1e9, &s->dev_launch_us)))
             return rc;
     }
     rc = get_object(c, hj, "hardware", "link", false, &o, path, sizeof(path));
     if (rc < 0) return rc;
     if (rc == 0) {
         if ((rc = check_keys(c, o, path, keys_hw_link, NULL))) return rc;
-        if ((rc = get_positive(c, o, path, "bandwidth", false, &s->link_bw))) return rc;
-        if ((rc = get_positive(c, o, path, "latency_us", true, &s->link_latency_us))) return rc;
+        if ((rc = get_sane(c, o, path, "bandwidth", false, 1e3, 1e16, &s->link_bw))) return rc;
+        if ((rc = get_sane(c, o, path, "latency_us", true, 0, 1e9, &s->link_latency_us)))
+            return rc;
     }
     return 0;
 }
@@ -989,6 +1006,31 @@ static char *file_stem(const char *name)
     return r;
 }
 
+/* Valid UTF-8 (shortest forms, no surrogates, at most U+10FFFF) without C0/C1 controls or DEL. */
+static int check_name(struct ctx *c, const char *path, const char *t)
+{
+    const unsigned char *p = (const unsigned char *)t;
+    for (size_t i = 0; p[i];) {
+        unsigned ch = p[i], cp, n;
+        if (ch < 0x80) cp = ch, n = 1;
+        else if (ch >= 0xC2 && ch <= 0xDF) cp = ch & 0x1F, n = 2;
+        else if (ch >= 0xE0 && ch <= 0xEF) cp = ch & 0x0F, n = 3;
+        else if (ch >= 0xF0 && ch <= 0xF4) cp = ch & 0x07, n = 4;
+        else return err(c, path, "byte %zu is not UTF-8 (0x%02x)", i, ch);
+        for (unsigned k = 1; k < n; k++) {
+            if ((p[i + k] & 0xC0) != 0x80) return err(c, path, "byte %zu is not UTF-8 (0x%02x)", i, ch);
+            cp = cp << 6 | (p[i + k] & 0x3F);
+        }
+        if ((n == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
+            return err(c, path, "byte %zu is not UTF-8 (0x%02x)", i, ch);
+        if (cp < 0x20 || (cp >= 0x7F && cp < 0xA0))
+            return err(c, path, "a control character (U+%04X) at byte %zu; names are printed on "
+                                "terminals and in reports", cp, i);
+        i += n;
+    }
+    return 0;
+}
+
 static int parse_root(struct ctx *c, const cJSON *root)
 {
     struct ps_spec *s = c->spec;
@@ -1015,7 +1057,11 @@ static int parse_root(struct ctx *c, const cJSON *root)
     const char *name = NULL;
     rc = get_string(c, root, "", "name", false, &name, path, sizeof(path));
     if (rc < 0) return rc;
-    s->name = rc == 0 ? xstrdup(name) : file_stem(s->path);
+    /* the name goes into report.json, HTML, SVG and the terminal: valid UTF-8 (a JSON reader
+       rejects anything else) and no control characters (escape sequences would reach the
+       terminal), issue [data-safety] 9 */
+    if (rc == 0 && (rc = check_name(c, path, name))) return rc;
+    s->name = name ? xstrdup(name) : file_stem(s->path);
     if (!s->name) return oom(c);
 
     int64_t batch;
