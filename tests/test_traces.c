@@ -472,6 +472,50 @@ static void test_steps(void **state)
     fx_free(&f);
 }
 
+/* Two ranks whose cross-rank edges contradict each other: F(0,0) [0, 10] on rank 0 and F(0,1)
+   [5, 15] on rank 1 need rank 1 moved by >= 5 us; B(0,1) [95, 99] before B(0,0) [100, 110] allows
+   at most 1 us. No move satisfies both: nothing is moved, and the contradiction is 5 - 1 = 4 us. */
+static void test_clocks_contradict(void **state)
+{
+    (void)state;
+    struct fx f;
+    fx_file(&f, "tests/golden/traces/pp-1f1b-2x4.spec.json");
+    static const char *const TXT[2] = {
+        "{\"traceEvents\": ["
+        "{\"ph\":\"X\",\"cat\":\"user_annotation\",\"name\":\"PP:0F0\",\"pid\":1,\"tid\":1,\"ts\":0,\"dur\":10},"
+        "{\"ph\":\"X\",\"cat\":\"user_annotation\",\"name\":\"PP:0B0\",\"pid\":1,\"tid\":1,\"ts\":100,\"dur\":10}],"
+        "\"distributedInfo\": {\"rank\": 0}}",
+        "{\"traceEvents\": ["
+        "{\"ph\":\"X\",\"cat\":\"user_annotation\",\"name\":\"PP:1F0\",\"pid\":2,\"tid\":2,\"ts\":5,\"dur\":10},"
+        "{\"ph\":\"X\",\"cat\":\"user_annotation\",\"name\":\"PP:1B0\",\"pid\":2,\"tid\":2,\"ts\":95,\"dur\":4}],"
+        "\"distributedInfo\": {\"rank\": 1}}"};
+    char paths[2][64];
+    const char *p[2];
+    for (int k = 0; k < 2; k++) {
+        snprintf(paths[k], sizeof(paths[k]), "/tmp/pipescope-test-clock-XXXXXX");
+        int fd = mkstemp(paths[k]);
+        assert_true(fd >= 0);
+        assert_int_equal(write(fd, TXT[k], strlen(TXT[k])), (ssize_t)strlen(TXT[k]));
+        close(fd);
+        p[k] = paths[k];
+    }
+    struct ps_trace t;
+    struct ps_trace_read_info in;
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    int rc = ps_trace_read_files(p, 2, f.g, NULL, &t, &in, &d);
+    unlink(paths[0]);
+    unlink(paths[1]);
+    assert_int_equal(rc, 0);
+    assert_int_equal(in.n_cross_edges, 2);
+    assert_true(in.clocks_inconsistent);
+    assert_true(fabs(in.inconsistency_us - 4.0) < 1e-9);
+    assert_true(in.files[0].skew_us == 0 && in.files[1].skew_us == 0);
+    ps_trace_read_info_finish(&in);
+    ps_trace_finish(&t);
+    fx_free(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -481,6 +525,7 @@ int main(void)
         cmocka_unit_test(test_pytorch_split_backward),
         cmocka_unit_test(test_hta_gpu_attribution),
         cmocka_unit_test(test_steps),
+        cmocka_unit_test(test_clocks_contradict),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
