@@ -12,6 +12,8 @@
  *   comparison    ps_cmp_json               compare, diagnose
  *     calibration ps_calib_json, with the fitted costs file of ps_costs_json
  *   drift         ps_drift_json             drift, diagnose (plots: ps_drift_plot)
+ *   advise        ps_advise_json            advise, diagnose (table: ps_advise_table, plot:
+ *                                           ps_advise_plot)
  *
  * Writers only: each takes the results of the layer that computed them and returns a new cJSON
  * object (NULL when out of memory); the caller attaches it with ps_json_set.
@@ -23,6 +25,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <cjson/cJSON.h>
 
@@ -33,6 +36,7 @@
 #include "sim/sim.h"
 #include "src/analysis.h"
 #include "src/compare.h"
+#include "src/advise.h"
 #include "src/drift.h"
 #include "src/trace_read.h"
 
@@ -74,5 +78,15 @@ cJSON *ps_drift_json(const struct ps_drift *dr);
  * "loss" plots the loss curves of train mode against the step. Returns 0 or -errno. */
 int ps_drift_plot(const struct ps_drift *dr, const char *metric, const char *path,
                   struct ps_diag *d);
+
+/* The "advise" section: the search's counts, the spec's own figures, the recommendation, the
+ * Pareto front and every point with its status. NULL when out of memory. */
+cJSON *ps_advise_json(const struct ps_advise *a);
+/* The front as a text table (all: every other point too, with its reason), then the
+ * recommendation in words. 0 or -EIO. */
+int ps_advise_table(const struct ps_advise *a, FILE *f, bool all);
+/* Peak memory per device against throughput: the front per BN policy, and the spec. */
+int ps_advise_plot(const struct ps_advise *a, const char *path, struct ps_diag *d);
+const char *ps_advise_status_name(int status); /* "feasible", "pruned", ... */
 
 #endif

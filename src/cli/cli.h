@@ -89,6 +89,7 @@ int ps_cmd_run(struct ps_cli *cli);
 int ps_cmd_compare(struct ps_cli *cli);
 int ps_cmd_diagnose(struct ps_cli *cli);
 int ps_cmd_drift(struct ps_cli *cli);
+int ps_cmd_advise(struct ps_cli *cli);
 
 extern const struct ps_cmd ps_commands[];
 

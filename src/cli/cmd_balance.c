@@ -80,21 +80,10 @@ int ps_cmd_balance(struct ps_cli *cli)
     bal = calloc((size_t)P, sizeof(int));
     heur = calloc((size_t)P, sizeof(int));
     if (!t || !mem || !bal || !heur) goto out;
-    double bs = (double)spec->mb_size[0];
-    double flops = spec->dev_flops > 0 ? spec->dev_flops : 6.7e13;
-    double bw = spec->dev_mem_bw > 0 ? spec->dev_mem_bw : 4.8e12;
-    for (int k = 0; k < L; k++) {
-        const struct ps_layer_info *li = &model->layers[k];
-        if (costs) {
-            double sc = costs->per_sample ? bs : bs / costs->micro_batch;
-            t[k] = (costs->layers[k].forward_us + costs->layers[k].backward_us) * sc;
-        } else {
-            double f = li->fwd_flops * bs / flops, fb = (li->fwd_bytes * bs) / bw;
-            double b = li->bwd_flops * bs / flops, bb = (li->bwd_bytes * bs) / bw;
-            t[k] = ((f > fb ? f : fb) + (b > bb ? b : bb)) * 1e6;
-        }
-        mem[k] = 8.0 * (double)li->params + (double)li->saved_bytes * (double)spec->batch;
-    }
+    ps_study_layer_time(spec, model, costs, (double)spec->mb_size[0], t);
+    for (int k = 0; k < L; k++)
+        mem[k] = 8.0 * (double)model->layers[k].params +
+                 (double)model->layers[k].saved_bytes * (double)spec->batch;
     const double *obj = bymem ? mem : t;
     const char *unit = bymem ? "bytes" : "us";
     double best = 0;

@@ -202,6 +202,32 @@ static const char help_schedule[] =
     "\nexamples:\n  pipescope schedule examples/small-3x3.json --schedule zb-h1 --chunks 6\n"
     "  pipescope schedule examples/small-3x3.json --schedule 1f1b --csv out/1f1b.csv\n";
 
+static const char help_advise[] =
+    "Answers \"which configuration should I run?\": searches every schedule, chunks value (powers\n"
+    "of two and divisors of the batch), checkpoint mode and BatchNorm policy, each with the exact\n"
+    "min-max time balance under the memory cap, prunes only with valid bounds, and prints the\n"
+    "Pareto front (throughput, peak memory per device, predicted BN running-variance drift) and a\n"
+    "recommendation in words. Exit 1 when nothing fits the cap.\n"
+    "\noptions:\n"
+    "  --memory-cap BYTES|auto  peak memory per device allowed (auto: the spec's own simulated\n"
+    "                     peak; default: none)\n"
+    "  --devices N        devices to plan for (default: the spec's)\n"
+    "  --objective throughput|balanced  the fastest front point, or the fastest whose predicted\n"
+    "                     drift is at most 1% (default: throughput)\n"
+    "  --costs FILE       per-layer costs, sim/COSTS.md (default: the spec's costs, else its\n"
+    "                     hardware roofline)\n"
+    "  --train N          measure the drift with N-step CPU trainings at the three best front\n"
+    "                     points (default: predicted only)\n"
+    "  --no-drift         do not predict the drift (default: predict it when the forward pass\n"
+    "                     it reads is at most 5 GFLOP)\n"
+    "  --predict-drift    predict it whatever the forward pass costs (default: off)\n"
+    "  --exhaustive       simulate every configuration, no pruning (default: prune by bounds)\n"
+    "  --all              list every point, not only the front (default: the front)\n"
+    "  -o DIR             write advise.json, pareto.svg and recommended.json into DIR\n"
+    "                     (default: none)\n"
+    SHARED_JSON SHARED_Q
+    "\nexample:\n  pipescope advise examples/seed2-checkpoint-bn.json --memory-cap auto -o out/advise\n";
+
 static const char help_balance[] =
     "Finds the exact min-max contiguous partition of the layers and compares the spec's balance\n"
     "and torchgpipe's balance_by_time heuristic with it.\n"
@@ -256,6 +282,11 @@ const struct ps_cmd ps_commands[] = {
      "sweep SPEC [--chunks 1,2,4,...] [--checkpoint always,except_last,never] "
      "[--schedule LIST|all] [--costs FILE] [-o DIR] [--json FILE]",
      ps_cmd_sweep, help_sweep, true},
+    {"advise", "which configuration to run: schedule x chunks x checkpoint x BN policy under a "
+     "memory cap, Pareto front, recommended spec",
+     "advise SPEC [--memory-cap BYTES|auto] [--devices N] [--objective throughput|balanced] "
+     "[--train N] [-o DIR] [--json FILE]",
+     ps_cmd_advise, help_advise, true},
     {"balance", "exact min-max partition vs the spec's balance and torchgpipe's heuristic",
      "balance SPEC [--by time|memory] [--partitions N] [--memory-cap BYTES] [--costs FILE] "
      "[--json FILE]",

@@ -7,6 +7,8 @@
  *   whatif.c     the no-phony what-if: the same variant without depend() edges
  *   drift.c      the BatchNorm drift sweep over chunks x policy x checkpoint (src/drift.h)
  *   sweep.c      the chunks x checkpoint x schedule sweep of simulations
+ *   advise.c     the configuration search of `advise` (src/advise.h): schedule x chunks x
+ *                checkpoint x BN policy with exact balance under a memory cap, Pareto front
  *   diagnose.c   diagnose's phases (check, simulate, execute + compare + calibrate, drift, BN
  *                adaptation), each one function
  *   report.c     diagnose's findings, page and report folder contents
@@ -22,6 +24,7 @@
 #include "sim/cost.h"
 #include "sim/sim.h"
 #include "src/analysis.h"
+#include "src/advise.h"
 #include "src/drift.h"
 #include "kernels/exec.h"
 #include "sim/calibrate.h"
@@ -242,4 +245,34 @@ void ps_diagnose_adaptation(struct ps_diagnose *dg);
 int ps_diagnose_write(struct ps_diagnose *dg, const char *dir, struct ps_diag *diag);
 void ps_diagnose_finish(struct ps_diagnose *dg); /* accepts a zeroed struct */
 
+/* ---- advise.c ------------------------------------------------------------------------------- */
+
+struct ps_advise_opts {
+    int devices;                  /* 0 = the spec's */
+    double memory_cap;            /* bytes per device, 0 = none */
+    bool cap_auto;                /* the cap is the spec's own simulated peak */
+    enum ps_advise_objective objective;
+    bool no_prune;                /* evaluate every configuration (the brute-force check) */
+    bool predict_drift;           /* run the forward pass that the drift prediction reads */
+    const char *drift_why;        /* why not, when predict_drift is false ("" = none) */
+    const struct ps_costs *costs; /* NULL = roofline */
+    int train_steps;              /* > 0: measure drift with short trainings at the best three */
+};
+
+/* Per-layer forward + backward time of bs samples (measured costs when given, else the
+ * roofline), what balance and advise split into stages. */
+void ps_study_layer_time(const struct ps_spec *spec, const struct ps_model *model,
+                         const struct ps_costs *costs, double bs, double *t);
+/* The search (advise.h). 0 or a negative errno with diag; configurations that cannot run are
+ * points with status PS_ADV_SKIPPED and their reason, never an error. */
+int ps_study_advise(const struct ps_spec *spec, const struct ps_model *model,
+                    const struct ps_advise_opts *o, struct ps_advise *a, struct ps_diag *d);
+/* The spec file of point p: the spec's own JSON with p's pipeline fields (pipeline.devices
+ * dropped, every stage on its default device cuda:j, or "cpu" for a CPU spec), pretty-printed,
+ * malloc'd. */
+int ps_study_advise_spec(const struct ps_spec *spec, const struct ps_advise_point *p, char **json,
+                         struct ps_diag *d);
+/* Every partition on "cpu": the search simulates one device per stage (the CPU executor runs a
+ * thread per partition) and the recommended spec keeps "cpu" for every stage. */
+bool ps_study_advise_cpu(const struct ps_spec *spec);
 #endif
