@@ -5,7 +5,7 @@
  * waits take no time. The FLOPs come from model.c: a backward costs about twice its forward for
  * linear and conv (bwd_flops = 2 fwd_flops: input gradient + weight gradient, each as much as
  * the forward), a recompute is a forward, and with a split backward (zb-h1) the weight-gradient
- * half of linear/conv layers goes to Wg and the rest stays in B (schedule.c). An optimizer step
+ * half of linear/conv layers goes to Wg and the rest stays in B (plan.c). An optimizer step
  * (SGD) is 2 FLOPs and 12 bytes per parameter of its partition.
  *
  * ps_cost_roofline_us includes the launch overhead (the static critical path of `check` uses

@@ -381,7 +381,7 @@ int ps_plan_build(const struct ps_spec *spec, const struct ps_model *model,
                     double wf = 0, wb = 0;
                     if (b.has_w[c]) wgrad_share(model, s, &wf, &wb);
                     g->nodes[bb].flops = (pi->bwd_flops - wf) * bs;
-                    /* weights move once per call, as in graph.c; Wg writes the gradients */
+                    /* weights move once per call, as in sched/gpipe.c; Wg writes the gradients */
                     g->nodes[bb].bytes = (pi->bwd_bytes - wb) * bs +
                                          (b.has_w[c] ? 0.5 : 1.0) * pi->bwd_param_bytes;
                 }

@@ -1,4 +1,4 @@
-/* test_drift: BatchNorm running-statistics drift (src/drift.c) and the executor hooks it uses
+/* test_drift: BatchNorm running-statistics drift (src/study/drift.c, src/drift.c) and the executor hooks it uses
  * (forward_only, ps_exec_eval), checked against the closed forms of SEMANTICS.md section 7:
  *   - the EMA replayed from the update log equals the measured running statistics;
  *   - updates per step follow the section 7 table and sim/bnorder's order; a_eff = 1-(1-a)^U;

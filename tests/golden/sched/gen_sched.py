@@ -11,7 +11,7 @@ writes one CSV per case (rows = ranks, like _dump_csv) and cases.txt. Anchor: th
 p=4, m=10 must equal PyTorch's own regression artifact (test/distributed/pipelining/artifacts/
 dualpipev_4rank_10mb.csv, committed beside the output as pytorch_dualpipev_4rank_10mb.csv), and
 the interleaved zero-bubble case p=2, v=2, m=8 its zb1p_2rank_2stagep_compute.csv; the script
-checks both before writing anything. ZB-H2 is not in PyTorch (sched_zbh2.c is tested against
+checks both before writing anything. ZB-H2 is not in PyTorch (src/sched/zbh2.c is tested against
 closed forms instead); interleaved-1f1b follows Megatron when m is a multiple of p, which
 differs from PyTorch only when m == p (Megatron then runs every forward first), so that case is
 not generated.
