@@ -45,6 +45,7 @@
 #include "src/trace_names.h"
 #include "src/trace_read.h"
 #include "src/variant.h"
+#include "viz/viz.h"
 
 struct fx {
     struct ps_spec *spec;
@@ -273,6 +274,22 @@ static void test_pytorch_pp_ranks(void **state)
     assert_true(c.lanes[1].device == 1 && c.lanes[1].stream == 7 && c.lanes[1].n_tasks == 8);
     assert_int_equal(c.lane_pairs, 2 * 28);
     assert_int_equal(c.lane_inversions, 0);
+    /* the side-by-side picture draws measured tasks on their real CUDA streams */
+    char svg[] = "/tmp/pipescope-test-gantt-XXXXXX";
+    int fd = mkstemp(svg);
+    assert_true(fd >= 0);
+    close(fd);
+    struct ps_gantt_opts go = {.title = "pp", .label = "measured", .label2 = "simulated"};
+    assert_int_equal(ps_plot_gantt_file(f.g, &t, &s.trace, &go, svg, &d), 0);
+    char *pic = NULL;
+    size_t plen = 0;
+    struct ps_file_opts fo = {.factor = 1};
+    assert_int_equal(ps_file_read(svg, &fo, &pic, &plen, &d), 0);
+    unlink(svg);
+    assert_non_null(strstr(pic, "cuda:0 CUDA stream 7 (measured)"));
+    assert_non_null(strstr(pic, "cuda:1 CUDA stream 7 (measured)"));
+    assert_non_null(strstr(pic, "cuda:0 compute")); /* the simulated lanes */
+    free(pic);
     /* calibration from these traces recovers the kernels' times: micro-batches of 2 samples,
        forward 40 us -> 20 us per sample, backward 70 us -> 35 us per sample, both stages */
     struct ps_calib cal;

@@ -7,7 +7,8 @@
  * block of lanes below the first: on the same time axis when their spans are within a factor 2,
  * else each block on its own axis, so neither is drawn as an empty strip. An axis starts at
  * min(0, first start) and is labelled in us, ms or s according to its range. Lanes name what ran
- * them (a CPU run's lanes are "cpu (cuda:0 tasks) ..."); a simulated trace with issue times gets a
+ * them (a CPU run's lanes are "cpu (cuda:0 tasks) ...", a measured task with attributed GPU work is
+ * on the real CUDA stream it ran on: "cuda:1 CUDA stream 7 (measured)"); a simulated trace with issue times gets a
  * "launches" lane per device with the host's launch of every node, so a launch-bound timeline
  * shows where its time goes; zero-length events are drawn 1.5 px wide.
  *
@@ -170,6 +171,18 @@ static int32_t lane_key(const struct ps_graph *g, int32_t stream)
     return stream;
 }
 
+/* A measured task with GPU work (src/trace_read.h) is drawn on the real CUDA stream its kernels
+ * ran on, under its device: keys -2, -3, ... (stream 0, 1, ...), sorted after the graph's. */
+#define CUDA_LANE(s) (-2 - (int32_t)(s))
+#define IS_CUDA_LANE(k) ((k) <= -2)
+#define CUDA_STREAM(k) (-2 - (k))
+
+static int32_t rec_lane(const struct ps_graph *g, const struct ps_trace_rec *r)
+{
+    if (r->lane_stream >= 0 && r->lane_stream < 1000000000) return CUDA_LANE(r->lane_stream);
+    return lane_key(g, r->stream);
+}
+
 struct block {
     const struct ps_graph *g;
     const struct ps_trace *t;
@@ -207,7 +220,7 @@ static int block_lanes(struct block *b)
     double at;
     for (uint32_t k = 0; k < t->n; k++) {
         if (!rec_ok(&t->r[k])) continue;
-        b->lanes[n++] = (struct glane){t->r[k].device, lane_key(b->g, t->r[k].stream)};
+        b->lanes[n++] = (struct glane){t->r[k].device, rec_lane(b->g, &t->r[k])};
         if (launch_of(b, &t->r[k], &at)) b->lanes[n++] = (struct glane){t->r[k].device, LAUNCH_LANE};
     }
     qsort(b->lanes, n, sizeof(*b->lanes), cmp_glane);
@@ -234,7 +247,9 @@ static const char *lane_label(const struct ps_graph *g, const struct ps_trace *t
         ps_viz_device_name(g, l->device, dev, (int)sizeof(dev));
     else
         snprintf(dev, sizeof(dev), "host");
-    if (l->stream < 0)
+    if (IS_CUDA_LANE(l->stream))
+        snprintf(st, sizeof(st), "CUDA stream %" PRId32 " (measured)", CUDA_STREAM(l->stream));
+    else if (l->stream < 0)
         snprintf(st, sizeof(st), "host");
     else if (l->stream == COPY_LANE)
         snprintf(st, sizeof(st), "copies");
@@ -435,7 +450,7 @@ int ps_plot_gantt(const struct ps_graph *g, const struct ps_trace *t, const stru
             if (!name && has) name = ps_node_name(g, r->node, buf2, (int)sizeof(buf2));
             if (!name) name = "?";
             int mb = has ? g->nodes[r->node].mb : -1;
-            double ly = bk->y0 + (double)lane_index(bk, r->device, lane_key(g, r->stream)) *
+            double ly = bk->y0 + (double)lane_index(bk, r->device, rec_lane(g, r)) *
                                      (LANE_H + LANE_GAP);
             draw_bar(f, bk, L, PW, ly, r->start_us, r->dur_us, &cats[cat_of(g, tr, r)], name, mb);
             if (launch_of(bk, r, &at)) {
