@@ -265,6 +265,16 @@ check "6: check > /dev/full exits 2 (got $rc)" [ $rc -eq 2 ]
 check "6: ... saying so: $(cat "$tmp/err")" grep -q "^pipescope: stdout: write error: No space left on device" "$tmp/err"
 "$bin" check "$small" --json - >/dev/full 2>"$tmp/err"
 check "6: --json - > /dev/full exits 2" [ $? -eq 2 ]
+# ---- 11. a full disk names the file; [first-hour] 1: outputs are checked before computing --
+"$bin" simulate "$small" -q --trace /dev/full >/dev/null 2>"$tmp/err"
+check "11: --trace to a full disk exits 2" [ $? -eq 2 ]
+check "11: ... naming the file: $(cat "$tmp/err")" grep -q "^pipescope: /dev/full: write error: No space left on device" "$tmp/err"
+"$bin" diagnose "$root/examples/unet-timeline.json" -o /proc/pipescope-x >"$tmp/out" 2>"$tmp/err"
+rc=$?
+check "12.1: diagnose into an impossible folder exits 2 (got $rc)" [ $rc -eq 2 ]
+check "12.1: ... before any computation: one error line, no progress: $(head -c 300 "$tmp/err")" \
+    [ "$(wc -l <"$tmp/err")" -eq 1 ] && [ ! -s "$tmp/out" ] && grep -q "^pipescope: /proc/pipescope-x: cannot create the folder" "$tmp/err"
+
 # ---- 8. a saved state always loads again (num_batches_tracked at INT64_MAX saturates) ------------
 rm -rf "$u"
 cp -r "$root/tests/corpus/exec/y_weights_nbt_max" "$u"
