@@ -36,8 +36,8 @@ url="file://$tmp/report/index.html"
 # shellcheck disable=SC2086
 timeout 120 "$chromium" $flags --user-data-dir="$(mktemp -d -p "$tmp")" --dump-dom "$url" \
     >"$tmp/dom.html" 2>"$tmp/chromium-dom.log" || { cat "$tmp/chromium-dom.log"; fail "chromium --dump-dom"; }
-for h in "Main findings" "Checks" "Task graph" "Memory" "Simulation" "Measured vs simulated" \
-         "BatchNorm statistics"; do
+for h in "Main findings" "Checks" "Task graph" "Memory" "Simulation" "Schedules" \
+         "Measured vs simulated" "BatchNorm statistics"; do
     grep -q "<h2[^>]*>$h</h2>" "$tmp/dom.html" || fail "the page has no section '$h'"
 done
 n_img=$(grep -o '<img ' "$tmp/dom.html" | wc -l)
@@ -46,6 +46,26 @@ grep -q 'href="semantics.html#checks"' "$tmp/dom.html" || fail "the checks secti
 [ -s "$tmp/report/semantics.html" ] && grep -q '<h2 id="checks">' "$tmp/report/semantics.html" ||
     fail "semantics.html is missing or has no 'checks' section"
 grep -q '<h2 id="s7">' "$tmp/report/semantics.html" || fail "semantics.html has no section 7 anchor"
+grep -q 'href="semantics.html#s6"' "$tmp/dom.html" && grep -q '<h2 id="s6">' "$tmp/report/semantics.html" ||
+    fail "the schedules section does not link src/SEMANTICS.md section 6"
+# the schedules section: every schedule, with its devices, makespan, bubble and peak memory; the
+# spec's own (gpipe) as the 1.00x reference; a schedule the spec cannot take says why
+"$py" - "$tmp/report/report.json" "$bin" <<'PY' || fail "report.json's schedules section"
+import json, subprocess, sys
+d = json.load(open(sys.argv[1]))
+help_text = subprocess.run([sys.argv[2], "help", "sweep"], capture_output=True, text=True).stdout
+names = [r["schedule"] for r in d["schedules"]]
+assert len(names) == 9 and len(set(names)) == 9, names
+for n in names:
+    assert n in help_text, n  # every schedule the sweep help lists
+for r in d["schedules"]:
+    if r["schedule"] in ("zb-v", "dualpipe-v"):  # small-3x3 has 3 partitions: no V to fold
+        assert not r["ok"] and "two stages per device" in r["why"], r
+        continue
+    assert r["ok"], r
+    assert r["devices"] >= 1 and r["makespan_us"] > 0 and 0 <= r["bubble_fraction"] < 1, r
+    assert r["peak_bytes"] > 0 and r["chunks"] == d["spec"]["pipeline"]["chunks"], r
+PY
 for f in graph.svg timeline.svg timeline-simulated.svg; do
     grep -q "src=\"$f\"" "$tmp/dom.html" || fail "no <img> for $f"
     [ -s "$tmp/report/$f" ] || fail "$f is missing or empty"

@@ -311,12 +311,19 @@ void ps_html_table(struct ps_html *h, const char *caption, int n_cols, const cha
     h->table_cols = n_cols;
 }
 
+/* a number, optionally followed by a unit, %, x or more text after a space ("656.1 us",
+   "99.7%", "1.52x", "0.1 -0.2"), so it is right-aligned; "1f1b" is a name */
 static bool numeric(const char *s)
 {
     if (!s || !*s) return false;
     if (*s == '+' || *s == '-') s++;
     if (!(*s >= '0' && *s <= '9')) return false;
-    return true;
+    while ((*s >= '0' && *s <= '9') || *s == '.') s++;
+    if ((*s == 'e' || *s == 'E') && (s[1] == '-' || s[1] == '+' || (s[1] >= '0' && s[1] <= '9'))) {
+        s += 2;
+        while (*s >= '0' && *s <= '9') s++;
+    }
+    return !*s || *s == ' ' || *s == '%' || (*s == 'x' && !s[1]);
 }
 
 void ps_html_row(struct ps_html *h, const char *const *cells)

@@ -73,31 +73,6 @@ static void after(void *ctx, int k, int n, const struct ps_sweep_row *r)
     fflush(stdout);
 }
 
-/* the "sweep" section: one object per configuration */
-static cJSON *sweep_json(const struct ps_sweep_row *rows, int total)
-{
-    cJSON *root = ps_report_new();
-    cJSON *arr = cJSON_CreateArray();
-    for (int k = 0; k < total; k++) {
-        const struct ps_sweep_row *r = &rows[k];
-        cJSON *x = cJSON_CreateObject();
-        ps_json_add_string(x, "schedule", ps_schedule_ops(r->sched)->name);
-        ps_json_add_string(x, "checkpoint", ckpts[r->ckpt]);
-        ps_json_add_int(x, "chunks", r->chunks);
-        ps_json_add_bool(x, "ok", r->ok);
-        if (r->ok) {
-            ps_json_add_int(x, "devices", r->devices);
-            ps_json_add_number(x, "makespan_us", r->makespan);
-            ps_json_add_number(x, "throughput_samples_per_s", r->throughput);
-            ps_json_add_number(x, "bubble_fraction", r->bubble);
-            ps_json_add_int(x, "peak_bytes", r->peak);
-            ps_json_add_number(x, "recompute_overhead", r->recompute);
-        }
-        cJSON_AddItemToArray(arr, x);
-    }
-    ps_json_set(root, "sweep", arr);
-    return root;
-}
 
 /* -o DIR: sweep.json and one line plot per figure, x = chunks, one line per schedule/checkpoint */
 static int write_folder(const struct ps_cli *cli, const cJSON *root, const struct ps_sweep_opts *o,
@@ -212,7 +187,7 @@ int ps_cmd_sweep(struct ps_cli *cli)
         code = ps_cli_fail(&d, PS_EXIT_INPUT);
         goto out;
     }
-    cJSON *root = cli->json || cli->outdir ? sweep_json(rows, total) : NULL;
+    cJSON *root = cli->json || cli->outdir ? ps_sweep_json(rows, total) : NULL;
     if (cli->json && ps_report_write(root, cli->json, &d)) code = ps_cli_fail(&d, PS_EXIT_INPUT);
     if (!code && cli->outdir) code = write_folder(cli, root, &so, rows, &d);
     cJSON_Delete(root);

@@ -129,6 +129,20 @@ int ps_diagnose_simulate(struct ps_diagnose *dg, struct ps_diag *diag)
     return ps_study_simulate(dg->spec, dg->model, &v, NULL, dg->costs, &dg->sim, diag);
 }
 
+void ps_diagnose_schedules(struct ps_diagnose *dg)
+{
+    enum ps_schedule sched[PS_SCHED__COUNT];
+    for (int k = 0; k < PS_SCHED__COUNT; k++) sched[k] = (enum ps_schedule)k;
+    enum ps_checkpoint ck = dg->spec->checkpoint;
+    int chunks = dg->spec->chunks;
+    struct ps_sweep_opts o = {.chunks = &chunks, .n_chunks = 1, .ckpt = &ck, .n_ckpt = 1,
+                              .sched = sched, .n_sched = PS_SCHED__COUNT};
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    ps_study_sweep(dg->spec, dg->model, dg->costs, &o, dg->sched_rows, &d);
+    dg->n_sched_rows = PS_SCHED__COUNT;
+}
+
 void ps_diagnose_execute(struct ps_diagnose *dg)
 {
     const struct ps_spec *spec = dg->spec;

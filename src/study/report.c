@@ -367,6 +367,47 @@ static void page_checks(const struct ps_diagnose *dg, struct ps_html *h)
                   "simulated timeline (simulated.json opens in Perfetto)");
 }
 
+/* every schedule at the spec's chunks and checkpoint mode, side by side */
+static void page_schedules(const struct ps_diagnose *dg, struct ps_html *h)
+{
+    if (!dg->n_sched_rows) return;
+    const struct ps_sweep_row *own = NULL;
+    for (int k = 0; k < dg->n_sched_rows; k++)
+        if (dg->sched_rows[k].sched == dg->spec->schedule && dg->sched_rows[k].ok)
+            own = &dg->sched_rows[k];
+    ps_html_section(h, "schedules", "Schedules");
+    ps_html_para_link(h, "Every schedule pipescope knows, simulated with the same costs at chunks "
+                         "and checkpoint mode of the spec (", "semantics.html#s6",
+                      "src/SEMANTICS.md section 6",
+                      "). Schedules with two stages per device run the same partitions on half the "
+                      "devices; peak memory is the most any device holds.");
+    const char *head[] = {"schedule", "devices", "makespan", "vs the spec's", "bubble",
+                          "peak memory", "recompute"};
+    ps_html_table(h, NULL, 7, head);
+    for (int k = 0; k < dg->n_sched_rows; k++) {
+        const struct ps_sweep_row *r = &dg->sched_rows[k];
+        char bufs[7][96];
+        const char *cells[7];
+        snprintf(CELL(0), 96, "%s%s", ps_schedule_ops(r->sched)->name,
+                 r->sched == dg->spec->schedule ? " (the spec's)" : "");
+        if (!r->ok) {
+            snprintf(CELL(1), 96, "-");
+            snprintf(CELL(2), 96, "cannot run: %.80s", r->why);
+            for (int c = 3; c < 7; c++) cells[c] = NULL;
+            ps_html_row(h, cells);
+            continue;
+        }
+        snprintf(CELL(1), 96, "%d", r->devices);
+        ps_viz_time(r->makespan, CELL(2), 96);
+        if (own && own->makespan > 0) snprintf(CELL(3), 96, "%.2fx", r->makespan / own->makespan);
+        else cells[3] = NULL;
+        snprintf(CELL(4), 96, "%.1f%%", 100 * r->bubble);
+        ps_viz_bytes((double)r->peak, CELL(5), 96);
+        snprintf(CELL(6), 96, "%.1f%%", 100 * r->recompute);
+        ps_html_row(h, cells);
+    }
+}
+
 static void page_comparison(const struct ps_diagnose *dg, struct ps_html *h)
 {
     const struct ps_graph *g = dg->g;
@@ -625,6 +666,11 @@ static int write_report(const struct ps_diagnose *dg, struct ps_html *h, const c
             cJSON_AddItemToObject(cj, "calibration", ps_calib_json(cal, &runs[0].cmp, ccal));
         ps_json_set(root, "comparison", cj);
     }
+    if (dg->n_sched_rows) {
+        cJSON *sw = ps_sweep_json(dg->sched_rows, dg->n_sched_rows);
+        if (sw) ps_json_set(root, "schedules", cJSON_DetachItemFromObject(sw, "sweep"));
+        cJSON_Delete(sw);
+    }
     if (have_drift) ps_json_set(root, "drift", ps_drift_json(dr));
     {
         cJSON *fj = cJSON_CreateArray();
@@ -670,6 +716,7 @@ int ps_diagnose_write(struct ps_diagnose *dg, const char *dir, struct ps_diag *d
     dg->n_findings = 0;
     page_findings(dg, h);
     page_checks(dg, h);
+    page_schedules(dg, h);
     page_comparison(dg, h);
     page_batchnorm(dg, h);
     rc = write_report(dg, h, dir, diag);

@@ -31,6 +31,8 @@
 #include "src/compare.h"
 #include "src/schedule.h"
 
+#include <cjson/cJSON.h>
+
 /* ---- simulate.c ---------------------------------------------------------------------------- */
 
 /* One simulation: the graph of the variant's schedule (or of a hand-written plan), its execution
@@ -129,6 +131,9 @@ struct ps_sweep_opts {
 int ps_study_sweep(const struct ps_spec *spec, const struct ps_model *model,
                    const struct ps_costs *costs, const struct ps_sweep_opts *o,
                    struct ps_sweep_row *rows, struct ps_diag *diag);
+/* The report's "sweep" section for n rows: a report object holding {"sweep": [...]}, one object
+ * per configuration (sweep -o/--json writes it; diagnose moves the array to "schedules"). */
+cJSON *ps_sweep_json(const struct ps_sweep_row *rows, int n);
 
 /* ---- diagnose.c, report.c ----------------------------------------------------------------- */
 
@@ -201,6 +206,9 @@ struct ps_diagnose {
     struct ps_whatif nophony;
     /* simulate */
     struct ps_study_sim sim;
+    /* schedules: every schedule at the spec's chunks and checkpoint mode */
+    int n_sched_rows;
+    struct ps_sweep_row sched_rows[PS_SCHED__COUNT];
     /* execute */
     struct ps_diagnose_run runs[2];    /* cpu, cuda */
     bool have_cal;                     /* costs calibrated to the CPU run, simulated again */
@@ -231,6 +239,10 @@ int ps_diagnose_init(struct ps_diagnose *dg, const struct ps_spec *spec,
 int ps_diagnose_check(struct ps_diagnose *dg, struct ps_diag *diag);
 /* The simulated timeline with the costs. */
 int ps_diagnose_simulate(struct ps_diagnose *dg, struct ps_diag *diag);
+/* Simulates every schedule at the spec's chunks and checkpoint mode (a schedule that cannot
+ * take them is a row saying why): the report's side-by-side table of makespan, bubble, peak
+ * memory and devices. */
+void ps_diagnose_schedules(struct ps_diagnose *dg);
 /* A real run on the CPU, and on CUDA when there is one, each compared with the simulation; the
  * costs calibrated to the CPU run and simulated again. Never fails: a run that cannot happen
  * says why in runs[b].why. */

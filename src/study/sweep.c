@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "src/study/study.h"
+#include "viz/viz.h"
 
 static void fill(struct ps_sweep_row *r, const struct ps_sim *sim, int64_t batch)
 {
@@ -54,4 +55,32 @@ int ps_study_sweep(const struct ps_spec *spec, const struct ps_model *model,
                 if (o->after) o->after(o->ctx, done, total, r);
             }
     return n_ok;
+}
+
+cJSON *ps_sweep_json(const struct ps_sweep_row *rows, int n)
+{
+    static const char *const ckpts[] = {"always", "except_last", "never"};
+    cJSON *root = ps_report_new();
+    cJSON *arr = cJSON_CreateArray();
+    for (int k = 0; k < n; k++) {
+        const struct ps_sweep_row *r = &rows[k];
+        cJSON *x = cJSON_CreateObject();
+        ps_json_add_string(x, "schedule", ps_schedule_ops(r->sched)->name);
+        ps_json_add_string(x, "checkpoint", ckpts[r->ckpt]);
+        ps_json_add_int(x, "chunks", r->chunks);
+        ps_json_add_bool(x, "ok", r->ok);
+        if (r->ok) {
+            ps_json_add_int(x, "devices", r->devices);
+            ps_json_add_number(x, "makespan_us", r->makespan);
+            ps_json_add_number(x, "throughput_samples_per_s", r->throughput);
+            ps_json_add_number(x, "bubble_fraction", r->bubble);
+            ps_json_add_int(x, "peak_bytes", r->peak);
+            ps_json_add_number(x, "recompute_overhead", r->recompute);
+        } else {
+            ps_json_add_string(x, "why", r->why);
+        }
+        cJSON_AddItemToArray(arr, x);
+    }
+    ps_json_set(root, "sweep", arr);
+    return root;
 }
