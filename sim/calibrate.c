@@ -112,6 +112,124 @@ static double layer_roof(const struct ps_graph *g, int l, bool bwd)
     return a > b ? a : b;
 }
 
+/* Rows for the host-bound starts of one run: K_v by the simulator's issue rule with h = 1, E = end
+ * of each node (its record's, or for a node without one the latest end among its dependencies);
+ * a start is host-bound when it lies after the end of every dependency and of the previous node
+ * on its stream: start = (K_v + 1) h + t0, columns cH and cO. */
+static int host_rows(const struct ps_graph *g, const struct ps_order *order,
+                     const struct ps_trace *meas, const uint32_t *rm, struct lsq *q, int cH,
+                     int cO, uint32_t *n_host_bound)
+{
+    uint32_t nv = g->n_nodes;
+    int nd = g->n_devices > 0 ? g->n_devices : 1, P = q->np;
+    double *K = malloc(((size_t)nv + 1) * sizeof(double));
+    double *E = malloc(((size_t)nv + 1) * sizeof(double));
+    uint32_t *tlast = malloc(((size_t)nd + 1) * sizeof(uint32_t));
+    uint32_t *slast = malloc(((size_t)g->n_streams + 1) * sizeof(uint32_t));
+    int rc = K && E && tlast && slast ? 0 : -ENOMEM;
+    for (int k = 0; !rc && k <= nd; k++) tlast[k] = PS_NONE;
+    for (int32_t k = 0; !rc && k < g->n_streams; k++) slast[k] = PS_NONE;
+    double span = ps_trace_makespan(meas);
+    double tol = 1e-9 * (1.0 + span);
+    for (uint32_t k = 0; !rc && k < order->n; k++) {
+        uint32_t v = order->node[k];
+        const struct ps_node *n = &g->nodes[v];
+        int th = order->thread[k] >= 0 && order->thread[k] < nd ? order->thread[k] + 1 : 0;
+        double iss = 0, dep = -INFINITY;
+        if (tlast[th] != PS_NONE) iss = K[tlast[th]] + (g->nodes[tlast[th]].stream >= 0);
+        for (uint32_t a = g->in_off[v]; a < g->in_off[v + 1]; a++) {
+            const struct ps_edge *e = &g->edges[g->in_edge[a]];
+            uint32_t u = e->src;
+            if (order->pos[u] == UINT32_MAX || order->pos[u] >= k) continue;
+            double iu = K[u] + (g->nodes[u].stream >= 0);
+            if (iu > iss) iss = iu;
+            if (e->kind != PS_EDGE_HOST && E[u] > dep) dep = E[u];
+        }
+        K[v] = iss;
+        tlast[th] = v;
+        if (n->stream >= 0) {
+            uint32_t sp = slast[n->stream];
+            if (sp != PS_NONE && E[sp] > dep) dep = E[sp];
+            slast[n->stream] = v;
+        }
+        if (rm[v] == UINT32_MAX) {
+            E[v] = dep;
+            continue;
+        }
+        const struct ps_trace_rec *r = &meas->r[rm[v]];
+        E[v] = r->start_us + r->dur_us;
+        if (n->stream >= 0 && r->start_us > dep + tol) {
+            double *row = lsq_row(q);
+            if (!row) {
+                rc = -ENOMEM;
+                break;
+            }
+            row[cH] = iss + 1;
+            row[cO] = 1;
+            row[P] = r->start_us;
+            (*n_host_bound)++;
+        }
+    }
+    free(K);
+    free(E);
+    free(tlast);
+    free(slast);
+    return rc;
+}
+
+/* The weighted normal equations, iterated (IRLS towards least absolute deviations): pass 0 is
+ * plain least squares; later passes weight each row by 1 / max(|residual|, 1e-6 |obs|), so a few
+ * spikes of a shared CPU (page faults, preemption) do not drag a fit the way they drag a mean.
+ * Exact data has residuals far below the floor: uniform weights, the least-squares solution at
+ * every pass. x, used: q->np each; wt: q->n_rows, the final weights (max 1). Returns the rank or
+ * -ENOMEM. */
+static int irls_solve(const struct lsq *q, int passes, double *x, bool *used, double *wt)
+{
+    int P = q->np, rank = 0;
+    double *A = calloc((size_t)P * (size_t)P, sizeof(double));
+    double *bb = calloc((size_t)P, sizeof(double));
+    double *xprev = calloc((size_t)P, sizeof(double));
+    if (!A || !bb || !xprev) {
+        rank = -ENOMEM;
+        goto out;
+    }
+    for (uint32_t k = 0; k < q->n_rows; k++) wt[k] = 1;
+    for (int pass = 0; pass < passes; pass++) {
+        memset(A, 0, (size_t)P * (size_t)P * sizeof(double));
+        memset(bb, 0, (size_t)P * sizeof(double));
+        for (uint32_t k = 0; k < q->n_rows; k++) {
+            const double *r = q->rows + (size_t)k * (size_t)(P + 1);
+            for (int i = 0; i < P; i++) {
+                if (r[i] == 0) continue;
+                for (int j = 0; j < P; j++) A[i * P + j] += wt[k] * r[i] * r[j];
+                bb[i] += wt[k] * r[i] * r[P];
+            }
+        }
+        rank = ps_cholesky_solve(A, bb, P, 1e-10, x, used);
+        if (rank < 0) goto out;
+        if (pass + 1 == passes) break; /* the weights of this pass are the final ones */
+        double wmax = 0, change = 0;
+        for (uint32_t k = 0; k < q->n_rows; k++) {
+            const double *r = q->rows + (size_t)k * (size_t)(P + 1);
+            double p = 0;
+            for (int i = 0; i < P; i++) p += r[i] * x[i];
+            wt[k] = 1.0 / fmax(fabs(p - r[P]), 1e-6 * fabs(r[P]) + 1e-12);
+            wmax = fmax(wmax, wt[k]);
+        }
+        for (uint32_t k = 0; k < q->n_rows; k++) wt[k] /= wmax;
+        for (int i = 0; i < P; i++) {
+            change = fmax(change, fabs(x[i] - xprev[i]) / fmax(fabs(x[i]), 1e-300));
+            xprev[i] = x[i];
+        }
+        if (pass > 0 && change < 1e-12) break;
+    }
+out:
+    free(A);
+    free(bb);
+    free(xprev);
+    return rank;
+}
+
 int ps_calibrate(const struct ps_graph *g, const struct ps_order *order,
                  const struct ps_trace *meas, bool per_sample, struct ps_calib *out,
                  struct ps_diag *diag)
@@ -127,17 +245,10 @@ int ps_calibrate(const struct ps_graph *g, const struct ps_order *order,
     uint32_t nv = g->n_nodes;
     struct lsq q = {.np = P};
     uint32_t *rm = ps_compare_record_index(g, meas);
-    double *K = malloc(((size_t)nv + 1) * sizeof(double));
-    double *E = malloc(((size_t)nv + 1) * sizeof(double));
-    double *A = calloc((size_t)P * (size_t)P, sizeof(double));
-    double *bb = calloc((size_t)P, sizeof(double));
     double *x = calloc((size_t)P, sizeof(double));
     bool *used = calloc((size_t)P, sizeof(bool));
-    int nd = g->n_devices > 0 ? g->n_devices : 1;
-    uint32_t *tlast = malloc(((size_t)nd + 1) * sizeof(uint32_t));
-    uint32_t *slast = malloc(((size_t)g->n_streams + 1) * sizeof(uint32_t));
     int rc = 0;
-    if (!rm || !K || !E || !A || !bb || !x || !used || !tlast || !slast) goto nomem;
+    if (!rm || !x || !used) goto nomem;
 
     uint32_t n_task_rows = 0;
     /* durations */
@@ -176,96 +287,12 @@ int ps_calibrate(const struct ps_graph *g, const struct ps_order *order,
                          "the measured trace has no F, B or R task of the graph to fit");
         goto out;
     }
-    /* host-bound starts: K_v by the simulator's issue rule with h = 1, E = end of each node
-       (its record's, or for a node without one the latest end among its dependencies) */
-    for (int k = 0; k <= nd; k++) tlast[k] = PS_NONE;
-    for (int32_t k = 0; k < g->n_streams; k++) slast[k] = PS_NONE;
-    double span = ps_trace_makespan(meas);
-    double tol = 1e-9 * (1.0 + span);
-    for (uint32_t k = 0; k < order->n; k++) {
-        uint32_t v = order->node[k];
-        const struct ps_node *n = &g->nodes[v];
-        int th = order->thread[k] >= 0 && order->thread[k] < nd ? order->thread[k] + 1 : 0;
-        double iss = 0, dep = -INFINITY;
-        if (tlast[th] != PS_NONE) iss = K[tlast[th]] + (g->nodes[tlast[th]].stream >= 0);
-        for (uint32_t a = g->in_off[v]; a < g->in_off[v + 1]; a++) {
-            const struct ps_edge *e = &g->edges[g->in_edge[a]];
-            uint32_t u = e->src;
-            if (order->pos[u] == UINT32_MAX || order->pos[u] >= k) continue;
-            double iu = K[u] + (g->nodes[u].stream >= 0);
-            if (iu > iss) iss = iu;
-            if (e->kind != PS_EDGE_HOST && E[u] > dep) dep = E[u];
-        }
-        K[v] = iss;
-        tlast[th] = v;
-        if (n->stream >= 0) {
-            uint32_t sp = slast[n->stream];
-            if (sp != PS_NONE && E[sp] > dep) dep = E[sp];
-            slast[n->stream] = v;
-        }
-        if (rm[v] == UINT32_MAX) {
-            E[v] = dep;
-            continue;
-        }
-        const struct ps_trace_rec *r = &meas->r[rm[v]];
-        E[v] = r->start_us + r->dur_us;
-        if (n->stream >= 0 && r->start_us > dep + tol) {
-            double *row = lsq_row(&q);
-            if (!row) goto nomem;
-            row[cH] = iss + 1;
-            row[cO] = 1;
-            row[P] = r->start_us;
-            out->n_host_bound++;
-        }
-    }
-    /* weighted normal equations, iterated (IRLS towards least absolute deviations): pass 0 is
-       plain least squares; later passes weight each row by 1 / max(|residual|, 1e-6 |obs|), so
-       a few spikes of a shared CPU (page faults, preemption) do not drag a partition's fit the
-       way they drag a mean. Exact data has residuals far below the floor: uniform weights, the
-       least-squares solution at every pass. */
-    int rank = 0;
+    rc = host_rows(g, order, meas, rm, &q, cH, cO, &out->n_host_bound);
+    if (rc) goto nomem;
     double *wt = malloc(((size_t)q.n_rows + 1) * sizeof(double));
-    double *xprev = calloc((size_t)P, sizeof(double));
-    if (!wt || !xprev) {
-        free(wt);
-        free(xprev);
-        goto nomem;
-    }
-    for (uint32_t k = 0; k < q.n_rows; k++) wt[k] = 1;
-    for (int pass = 0; pass < 30; pass++) {
-        memset(A, 0, (size_t)P * (size_t)P * sizeof(double));
-        memset(bb, 0, (size_t)P * sizeof(double));
-        for (uint32_t k = 0; k < q.n_rows; k++) {
-            const double *r = q.rows + (size_t)k * (size_t)(P + 1);
-            for (int i = 0; i < P; i++) {
-                if (r[i] == 0) continue;
-                for (int j = 0; j < P; j++) A[i * P + j] += wt[k] * r[i] * r[j];
-                bb[i] += wt[k] * r[i] * r[P];
-            }
-        }
-        rank = ps_cholesky_solve(A, bb, P, 1e-10, x, used);
-        if (rank < 0) {
-            free(wt);
-            free(xprev);
-            goto nomem;
-        }
-        double wmax = 0, change = 0;
-        for (uint32_t k = 0; k < q.n_rows; k++) {
-            const double *r = q.rows + (size_t)k * (size_t)(P + 1);
-            double p = 0;
-            for (int i = 0; i < P; i++) p += r[i] * x[i];
-            wt[k] = 1.0 / fmax(fabs(p - r[P]), 1e-6 * fabs(r[P]) + 1e-12);
-            wmax = fmax(wmax, wt[k]);
-        }
-        for (uint32_t k = 0; k < q.n_rows; k++) wt[k] /= wmax;
-        for (int i = 0; i < P; i++) {
-            change = fmax(change, fabs(x[i] - xprev[i]) / fmax(fabs(x[i]), 1e-300));
-            xprev[i] = x[i];
-        }
-        if (pass > 0 && change < 1e-12) break;
-    }
-    free(xprev);
+    int rank = wt ? irls_solve(&q, 30, x, used, wt) : -ENOMEM;
     free(wt);
+    if (rank < 0) goto nomem;
     /* outliers for the report: rows the fit misses by more than half the observation */
     for (uint32_t k = 0; k < q.n_rows; k++) {
         const double *r = q.rows + (size_t)k * (size_t)(P + 1);
@@ -361,14 +388,8 @@ nomem:
 out:
     free(q.rows);
     free(rm);
-    free(K);
-    free(E);
-    free(A);
-    free(bb);
     free(x);
     free(used);
-    free(tlast);
-    free(slast);
     if (rc) ps_calib_finish(out);
     return rc;
 }
@@ -380,4 +401,254 @@ void ps_calib_finish(struct ps_calib *c)
     free(c->part_fwd_us);
     free(c->part_bwd_us);
     memset(c, 0, sizeof(*c));
+}
+
+/* ---- several runs (calibrate.h) ----------------------------------------------------------- */
+
+/* The inverse of the used block of the P x P matrix N (row-major, kept) into inv (P x P; rows
+ * and columns of unused parameters 0). */
+static int inverse_used(const double *N, int P, const bool *used, double *inv)
+{
+    double *A = malloc((size_t)P * (size_t)P * sizeof(double) + 1);
+    double *e = malloc((size_t)P * sizeof(double) + 1), *y = malloc((size_t)P * sizeof(double) + 1);
+    bool *u2 = malloc((size_t)P + 1);
+    int rc = A && e && y && u2 ? 0 : -ENOMEM;
+    memset(inv, 0, (size_t)P * (size_t)P * sizeof(double));
+    for (int k = 0; k < P && !rc; k++) {
+        if (!used[k]) continue;
+        memcpy(A, N, (size_t)P * (size_t)P * sizeof(double));
+        for (int i = 0; i < P; i++) e[i] = i == k;
+        if (ps_cholesky_solve(A, e, P, 1e-10, y, u2) < 0) rc = -ENOMEM;
+        for (int i = 0; i < P && !rc; i++) inv[i * P + k] = used[i] ? y[i] : 0;
+    }
+    free(A);
+    free(e);
+    free(y);
+    free(u2);
+    return rc;
+}
+
+int ps_calib_same_model(const struct ps_graph *g0, const struct ps_graph *g, struct ps_diag *diag)
+{
+    const struct ps_spec *spec = g0->spec;
+    const char *name = g->spec && g->spec->path ? g->spec->path : "calibrate";
+    const char *first = spec && spec->path ? spec->path : "the first run";
+    if (!spec || !g0->model || !g->spec || !g->model)
+        return ps_diag_set(diag, -EINVAL, name, "the graph has no spec and model");
+    if (g->spec->n_layers != spec->n_layers)
+        return ps_diag_set(diag, -EINVAL, name,
+                           "model.layers: %d layers, the first run (%s) has %d: one cost model "
+                           "is fitted to and predicts runs of the same model",
+                           g->spec->n_layers, first, spec->n_layers);
+    int np_ = g0->model->n_partitions;
+    if (g->model->n_partitions != np_)
+        return ps_diag_set(diag, -EINVAL, name,
+                           "pipeline.balance: %d partitions, the first run (%s) has %d",
+                           g->model->n_partitions, first, np_);
+    for (int j = 0; j < np_; j++)
+        if (g->model->parts[j].first != g0->model->parts[j].first ||
+            g->model->parts[j].count != g0->model->parts[j].count)
+            return ps_diag_set(diag, -EINVAL, name,
+                               "pipeline.balance[%d]: %d layers, the first run (%s) has %d", j,
+                               g->model->parts[j].count, first, g0->model->parts[j].count);
+    return 0;
+}
+
+int ps_calibrate_runs(const struct ps_calib_run *runs, int n, enum ps_calib_loss loss,
+                      struct ps_calib_fit *out, struct ps_diag *diag)
+{
+    memset(out, 0, sizeof(*out));
+    if (n < 1) return ps_diag_set(diag, -EINVAL, "calibrate", "no run to fit");
+    const struct ps_graph *g0 = runs[0].g;
+    if (!g0->spec || !g0->model)
+        return ps_diag_set(diag, -EINVAL, "calibrate", "the graph has no spec and model");
+    const struct ps_spec *spec = g0->spec;
+    int np_ = g0->model->n_partitions;
+    for (int r = 1; r < n; r++) {
+        int rc = ps_calib_same_model(g0, runs[r].g, diag);
+        if (rc) return rc;
+    }
+    /* columns: per-sample terms first (collinear fixed terms are the ones dropped) */
+    int cFb = 0, cBb = np_, cFa = 2 * np_, cBa = 3 * np_, cU = 4 * np_, cL = cU + 1, cH = cU + 2,
+        cO = cU + 3;
+    int P = cO + n;
+    struct lsq q = {.np = P};
+    double *x = calloc((size_t)P, sizeof(double)), *wt = NULL, *N = NULL, *inv = NULL, *var = NULL;
+    bool *used = calloc((size_t)P, sizeof(bool));
+    uint32_t *rm = NULL;
+    int rc = 0;
+    uint32_t n_task_rows = 0;
+    if (!x || !used) goto nomem;
+    for (int r = 0; r < n; r++) {
+        const struct ps_graph *g = runs[r].g;
+        const struct ps_trace *meas = runs[r].meas;
+        free(rm);
+        if (!(rm = ps_compare_record_index(g, meas))) goto nomem;
+        for (uint32_t v = 0; v < g->n_nodes; v++) {
+            if (rm[v] == UINT32_MAX) continue;
+            const struct ps_node *nd = &g->nodes[v];
+            double dur = meas->r[rm[v]].dur_us;
+            bool mb_ok = nd->mb >= 0 && nd->mb < g->m && g->mb_size && nd->part >= 0 &&
+                         nd->part < np_;
+            double s = mb_ok ? (double)g->mb_size[nd->mb] : 0;
+            double *row;
+            bool fwd = (nd->kind == PS_NODE_COMPUTE && nd->phase == PS_PHASE_FWD) ||
+                       (nd->kind == PS_NODE_RECOMPUTE && nd->phase == PS_PHASE_BWD);
+            if (mb_ok && (fwd || (nd->kind == PS_NODE_COMPUTE && nd->phase == PS_PHASE_BWD))) {
+                uint32_t wg;
+                if (!fwd && has_wgrad(g, v, &wg)) {
+                    if (rm[wg] == UINT32_MAX) continue;
+                    dur += meas->r[rm[wg]].dur_us;
+                }
+                if (!(row = lsq_row(&q))) goto nomem;
+                row[(fwd ? cFb : cBb) + nd->part] = s;
+                row[(fwd ? cFa : cBa) + nd->part] = 1;
+                row[P] = dur;
+                n_task_rows++;
+            } else if (nd->kind == PS_NODE_COPY) {
+                if (!(row = lsq_row(&q))) goto nomem;
+                row[cU] = nd->bytes;
+                row[cL] = 1;
+                row[P] = dur;
+            }
+        }
+        if ((rc = host_rows(g, runs[r].order, meas, rm, &q, cH, cO + r, &out->n_host_bound)))
+            goto nomem;
+    }
+    if (!n_task_rows) {
+        rc = ps_diag_set(diag, -EINVAL, "calibrate",
+                         "the measured traces have no F, B or R task of their graphs to fit");
+        goto out;
+    }
+    if (!(wt = malloc(((size_t)q.n_rows + 1) * sizeof(double)))) goto nomem;
+    int rank = irls_solve(&q, loss == PS_CAL_MEAN ? 1 : 30, x, used, wt);
+    if (rank < 0) goto nomem;
+    /* residuals, outliers and the covariance over the final weights: the sandwich
+       (X'WX)^-1 (sum w^2 r^2 x x') (X'WX)^-1 x n / (n - rank), so rows of different kinds and
+       scales (durations of us, starts of ms) each bring their own spread */
+    N = calloc((size_t)P * (size_t)P, sizeof(double));
+    inv = calloc((size_t)P * (size_t)P, sizeof(double));
+    double *M = calloc((size_t)P * (size_t)P, sizeof(double));
+    var = calloc((size_t)P, sizeof(double));
+    if (!N || !inv || !M || !var) {
+        free(M);
+        goto nomem;
+    }
+    double ss = 0;
+    for (uint32_t k = 0; k < q.n_rows; k++) {
+        const double *r = q.rows + (size_t)k * (size_t)(P + 1);
+        double p = 0;
+        for (int i = 0; i < P; i++) p += r[i] * x[i];
+        double e = p - r[P];
+        ss += e * e;
+        out->n_trimmed += fabs(e) > 0.5 * fabs(r[P]);
+        for (int i = 0; i < P; i++) {
+            if (r[i] == 0) continue;
+            for (int j = 0; j < P; j++) {
+                N[i * P + j] += wt[k] * r[i] * r[j];
+                M[i * P + j] += wt[k] * wt[k] * e * e * r[i] * r[j];
+            }
+        }
+    }
+    if (inverse_used(N, P, used, inv)) {
+        free(M);
+        goto nomem;
+    }
+    double corr = q.n_rows > (uint32_t)rank ? (double)q.n_rows / (double)(q.n_rows - (uint32_t)rank) : 0;
+    for (int i = 0; i < P; i++) {
+        double v = 0;
+        for (int a = 0; a < P && used[i]; a++) {
+            if (inv[i * P + a] == 0) continue;
+            for (int b = 0; b < P; b++) v += inv[i * P + a] * M[a * P + b] * inv[b * P + i];
+        }
+        var[i] = used[i] ? fmax(v * corr, 0) : NAN;
+    }
+    free(M);
+    out->n_obs = q.n_rows;
+    out->n_params = (uint32_t)P;
+    out->rank = (uint32_t)rank;
+    out->rms_us = sqrt(ss / q.n_rows);
+    out->n_parts = np_;
+    out->n_runs = n;
+    static const int col_of_term[PS_CALT__COUNT] = {2, 0, 3, 1}; /* x np_ */
+    for (int t = 0; t < PS_CALT__COUNT; t++) {
+        out->term[t] = malloc(((size_t)np_ + 1) * sizeof(double));
+        out->term_sd[t] = malloc(((size_t)np_ + 1) * sizeof(double));
+        if (!out->term[t] || !out->term_sd[t]) goto nomem;
+        for (int j = 0; j < np_; j++) {
+            int c = col_of_term[t] * np_ + j;
+            out->term[t][j] = used[c] ? x[c] : NAN;
+            out->term_sd[t][j] = used[c] ? sqrt(var[c]) : NAN;
+        }
+    }
+    int cpar[PS_CAL_OFFSET] = {cU, cL, cH};
+    for (int k = 0; k < PS_CAL_OFFSET; k++) {
+        int c = cpar[k];
+        out->fitted[k] = used[c] && (k != PS_CAL_BANDWIDTH || x[c] > 0);
+        double sd = used[c] ? sqrt(var[c]) : NAN;
+        if (k == PS_CAL_BANDWIDTH) {
+            out->value[k] = out->fitted[k] ? 1e6 / x[c] : NAN;
+            out->sd[k] = out->fitted[k] ? 1e6 * sd / (x[c] * x[c]) : NAN;
+        } else {
+            out->value[k] = out->fitted[k] ? fmax(x[c], 0) : NAN;
+            out->sd[k] = sd;
+        }
+    }
+    /* the costs file: per-sample terms split by roofline shares, fixed terms in equal parts;
+       a negative fitted term (noise around 0) is clamped to 0, a term not identifiable is 0
+       (fixed) or the roofline (per sample) */
+    struct ps_costs *c = calloc(1, sizeof(*c));
+    if (!c) goto nomem;
+    out->costs = c;
+    c->per_sample = true;
+    c->micro_batch = 1;
+    c->n_layers = spec->n_layers;
+    c->layers = calloc((size_t)c->n_layers, sizeof(*c->layers));
+    if (!c->layers) goto nomem;
+    for (int j = 0; j < np_; j++) {
+        const struct ps_partition_info *p = &g0->model->parts[j];
+        double sf = 0, sb = 0;
+        for (int l = p->first; l < p->first + p->count; l++)
+            sf += layer_roof(g0, l, false), sb += layer_roof(g0, l, true);
+        for (int l = p->first; l < p->first + p->count; l++) {
+            double shf = sf > 0 ? layer_roof(g0, l, false) / sf : 1.0 / p->count;
+            double shb = sb > 0 ? layer_roof(g0, l, true) / sb : 1.0 / p->count;
+            double fb = out->term[PS_CALT_FWD_SAMPLE][j], bb = out->term[PS_CALT_BWD_SAMPLE][j];
+            double fa = out->term[PS_CALT_FWD_FIXED][j], ba = out->term[PS_CALT_BWD_FIXED][j];
+            struct ps_cost_layer *L = &c->layers[l];
+            L->forward_us = isfinite(fb) ? fmax(fb, 0) * shf : layer_roof(g0, l, false) * 1e6;
+            L->backward_us = isfinite(bb) ? fmax(bb, 0) * shb : layer_roof(g0, l, true) * 1e6;
+            L->forward_fixed_us = isfinite(fa) ? fmax(fa, 0) / p->count : 0;
+            L->backward_fixed_us = isfinite(ba) ? fmax(ba, 0) / p->count : 0;
+            L->wgrad_us = -1;
+        }
+    }
+    c->copy_bandwidth = out->fitted[PS_CAL_BANDWIDTH] ? out->value[PS_CAL_BANDWIDTH] : -1;
+    c->copy_latency_us = out->fitted[PS_CAL_LATENCY] ? out->value[PS_CAL_LATENCY] : -1;
+    c->launch_overhead_us = out->fitted[PS_CAL_LAUNCH] ? out->value[PS_CAL_LAUNCH] : -1;
+    goto out;
+nomem:
+    rc = ps_diag_set(diag, -ENOMEM, "calibrate", "out of memory");
+out:
+    free(q.rows);
+    free(rm);
+    free(x);
+    free(used);
+    free(wt);
+    free(N);
+    free(inv);
+    free(var);
+    if (rc) ps_calib_fit_finish(out);
+    return rc;
+}
+
+void ps_calib_fit_finish(struct ps_calib_fit *f)
+{
+    if (!f) return;
+    ps_costs_destroy(f->costs);
+    for (int t = 0; t < PS_CALT__COUNT; t++) {
+        free(f->term[t]);
+        free(f->term_sd[t]);
+    }
+    memset(f, 0, sizeof(*f));
 }

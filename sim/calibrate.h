@@ -48,6 +48,57 @@ int ps_calibrate(const struct ps_graph *g, const struct ps_order *order,
                  struct ps_diag *diag);
 void ps_calib_finish(struct ps_calib *c); /* accepts a zeroed struct */
 
+/* ---- several runs: a model that carries across micro-batch sizes -------------------------- *
+ *
+ * ps_calibrate_runs fits one cost model to several measured runs of the same model (same layers
+ * and balance; chunks, checkpoint mode and schedule may differ), by the same weighted least
+ * squares as ps_calibrate, with per partition j and micro-batch size s:
+ *   F(i,j), R(i,j):  dur = Fa_j + s * Fb_j       (fixed + per-sample)
+ *   B(i,j) (+Wg):    dur = Ba_j + s * Bb_j
+ *   C(...):          dur = bytes * u + lat
+ *   host-bound starts of run r:  start = (K_v + 1) * h + t0_r   (one clock offset per run)
+ * The per-sample columns come before the fixed ones, so runs of one micro-batch size (fixed and
+ * per-sample terms collinear) fall back to the per-sample model of ps_calibrate. The standard
+ * error of each parameter is the square root of the diagonal of the sandwich covariance
+ * (X'WX)^-1 (sum_k w_k^2 r_k^2 x_k x_k') (X'WX)^-1 n / (n - rank) over the final IRLS weights w
+ * and residuals r (rows of different kinds and scales keep their own spread): 0 for data the
+ * model fits exactly. Per-layer costs: a partition's
+ * per-sample terms split in proportion to its layers' roofline times, its fixed terms in equal
+ * parts (the trace has one range per partition task, so the layers inside it are not seen). */
+enum ps_calib_term { PS_CALT_FWD_FIXED, PS_CALT_FWD_SAMPLE, PS_CALT_BWD_FIXED, PS_CALT_BWD_SAMPLE,
+                     PS_CALT__COUNT };
+
+struct ps_calib_run {
+    const struct ps_graph *g;
+    const struct ps_order *order;
+    const struct ps_trace *meas;
+};
+
+struct ps_calib_fit {
+    struct ps_costs *costs;                  /* unit "sample" with fixed terms, owned */
+    int n_parts, n_runs;
+    double *term[PS_CALT__COUNT];            /* per partition, us; NaN = not identifiable */
+    double *term_sd[PS_CALT__COUNT];         /* standard error, us */
+    bool fitted[PS_CAL_OFFSET];              /* copy bandwidth, latency, launch overhead */
+    double value[PS_CAL_OFFSET], sd[PS_CAL_OFFSET]; /* bytes/s, us, us */
+    uint32_t n_obs, n_params, rank, n_host_bound, n_trimmed;
+    double rms_us;
+};
+
+/* PS_CAL_ROBUST: the IRLS fit (towards least absolute deviations: typical task times, a shared
+ * CPU's preemptions left out); PS_CAL_MEAN: plain least squares (mean task times: on a machine
+ * whose other load preempts tasks at a steady rate, the expected delay is part of the cost). */
+enum ps_calib_loss { PS_CAL_ROBUST, PS_CAL_MEAN };
+
+/* Fits over runs[0..n). Returns 0, -EINVAL (diag) when the runs are not of one model (layer
+ * count, balance) or have no F/B task to fit, -ENOMEM. */
+int ps_calibrate_runs(const struct ps_calib_run *runs, int n, enum ps_calib_loss loss,
+                      struct ps_calib_fit *out, struct ps_diag *diag);
+void ps_calib_fit_finish(struct ps_calib_fit *f); /* accepts a zeroed struct */
+/* 0 when g is a run of g0's model (layer count, balance), else -EINVAL with diag naming g's
+ * spec and the field. */
+int ps_calib_same_model(const struct ps_graph *g0, const struct ps_graph *g, struct ps_diag *diag);
+
 /* Solves the n x n symmetric positive semi-definite system A x = b in place by Cholesky after
  * scaling to unit diagonal; pivots below tol (relative) mark a column dependent on earlier ones:
  * its x is 0 and used[k] false. Returns the rank. A is row-major, overwritten. */

@@ -104,15 +104,17 @@ int ps_cost_fill(const struct ps_graph *g, const struct ps_costs *c, double *cos
                 double bs = (double)g->mb_size[nd->mb];
                 scale = c->per_sample ? bs : bs / c->micro_batch;
             }
-            double f = 0, b = 0, w = 0;
+            double f = 0, b = 0, w = 0, f0 = 0, b0 = 0;
             for (int k = p->first; k < p->first + p->count; k++) {
                 f += c->layers[k].forward_us;
                 b += c->layers[k].backward_us;
                 w += wgrad_of(g, c, k);
+                f0 += c->layers[k].forward_fixed_us;
+                b0 += c->layers[k].backward_fixed_us;
             }
-            if (nd->kind == PS_NODE_COMPUTE && nd->phase == PS_PHASE_FWD) t = f * scale;
-            else if (nd->kind == PS_NODE_RECOMPUTE && nd->phase == PS_PHASE_BWD) t = f * scale;
-            else if (nd->kind == PS_NODE_COMPUTE) t = (has_wgrad(g, v) ? b - w : b) * scale;
+            if (nd->kind == PS_NODE_COMPUTE && nd->phase == PS_PHASE_FWD) t = f0 + f * scale;
+            else if (nd->kind == PS_NODE_RECOMPUTE && nd->phase == PS_PHASE_BWD) t = f0 + f * scale;
+            else if (nd->kind == PS_NODE_COMPUTE) t = b0 + (has_wgrad(g, v) ? b - w : b) * scale;
             else if (nd->kind == PS_NODE_WGRAD) t = w * scale;
             else if (nd->kind == PS_NODE_OPTIM && c->optimizer_us && nd->part < c->n_optimizer)
                 t = c->optimizer_us[nd->part];
@@ -209,7 +211,9 @@ int ps_costs_parse(const char *json, const char *name, struct ps_costs **out,
         cl->wgrad_us = -1;
         if ((rc = num(l, "forward_us", true, 0, &cl->forward_us, name, p, diag)) ||
             (rc = num(l, "backward_us", true, 0, &cl->backward_us, name, p, diag)) ||
-            (rc = num(l, "wgrad_us", false, 0, &cl->wgrad_us, name, p, diag)))
+            (rc = num(l, "wgrad_us", false, 0, &cl->wgrad_us, name, p, diag)) ||
+            (rc = num(l, "forward_fixed_us", false, 0, &cl->forward_fixed_us, name, p, diag)) ||
+            (rc = num(l, "backward_fixed_us", false, 0, &cl->backward_fixed_us, name, p, diag)))
             goto out;
         if (cl->wgrad_us > cl->backward_us) {
             rc = ps_diag_set(diag, -EINVAL, name, "%swgrad_us: more than backward_us", p);

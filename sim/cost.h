@@ -27,6 +27,9 @@
 struct ps_cost_layer {
     double forward_us, backward_us;
     double wgrad_us; /* part of backward_us that is the weight gradient; < 0 = not measured */
+    /* time per task that does not scale with the micro-batch size (launch, allocation, loop
+       set-up), added once to F/R and once to B of the layer's partition; 0 = none */
+    double forward_fixed_us, backward_fixed_us;
 };
 
 struct ps_costs {

@@ -87,6 +87,7 @@ int ps_cmd_balance(struct ps_cli *cli);
 int ps_cmd_schedule(struct ps_cli *cli);
 int ps_cmd_run(struct ps_cli *cli);
 int ps_cmd_compare(struct ps_cli *cli);
+int ps_cmd_calibrate(struct ps_cli *cli);
 int ps_cmd_diagnose(struct ps_cli *cli);
 int ps_cmd_drift(struct ps_cli *cli);
 int ps_cmd_advise(struct ps_cli *cli);

@@ -240,6 +240,33 @@ static const char help_balance[] =
     SHARED_JSON SHARED_Q
     "\nexample:\n  pipescope balance examples/unet-timeline.json\n";
 
+static const char help_calibrate[] =
+    "Fits one cost model to several measured runs of one model (same layers and balance; chunks,\n"
+    "checkpoint mode and schedule may differ), per partition a fixed time per task plus a time per\n"
+    "sample for forward (and recompute) and backward, with copy and launch costs, each with its\n"
+    "standard error; then simulates every run with it and prints predicted vs measured makespan,\n"
+    "bubble and busy time per device, held-out runs first (their errors are the simulator's\n"
+    "accuracy; the fitted runs' are in-sample). Runs of one SPEC are repetitions of one\n"
+    "configuration: one line with the median measured makespan and its range.\n"
+    "\noptions:\n"
+    "  --run SPEC TRACE     a run to fit: its spec and its measured Chrome trace (run --trace,\n"
+    "                       or a profiler's, as compare reads them); repeat it (at least one)\n"
+    "  --holdout SPEC TRACE a run to predict, never fitted; repeat it (default: none)\n"
+    "  -o COSTS             write the fit as a costs file, sim/COSTS.md (default: not written)\n"
+    "  --fit robust|mean    robust: typical task times, outliers (a shared CPU's preemptions)\n"
+    "                       weighed down; mean: plain least squares, mean task times with the\n"
+    "                       expected delay of a steady load in them (default: robust)\n"
+    "  --cores auto|N       0: the pipeline simulator; N: devices as threads sharing N CPU\n"
+    "                       cores, each running until it has to wait (the cpu executor on a\n"
+    "                       small or busy machine); auto: the one of 0..devices that fits the\n"
+    "                       --run runs best (default: 0)\n"
+    "  --measured median|min the measured makespan of a configuration given several times:\n"
+    "                       the median of its runs, or the minimum (the least disturbed by\n"
+    "                       other load) (default: median)\n"
+    SHARED_JSON SHARED_Q
+    "\nexample:\n  pipescope calibrate --run c2.json c2.trace.json --run c16.json c16.trace.json "
+    "\\\n      --holdout c8.json c8.trace.json -o costs.json\n";
+
 static const char help_version[] =
     "Prints pipescope's version.\n"
     "\noptions:\n"
@@ -270,6 +297,10 @@ const struct ps_cmd ps_commands[] = {
      "[--costs FILE] [--tolerance makespan=0.2,task=0.5[,start=0.1]] [--calibrate COSTS.json] "
      "[--unit sample|micro_batch] [--json FILE] [--svg FILE] [--dot FILE]",
      ps_cmd_compare, help_compare, false},
+    {"calibrate", "one cost model from several measured runs; predicted vs measured held-out runs",
+     "calibrate --run SPEC TRACE [--run SPEC TRACE ...] [--holdout SPEC TRACE ...] [-o COSTS] "
+     "[--fit robust|mean] [--cores auto|N] [--measured median|min] [--json FILE]",
+     ps_cmd_calibrate, help_calibrate, false},
     {"diagnose", "everything this machine can do, as a report folder with index.html",
      "diagnose SPEC -o DIR [--chunks 1,2,4,...] [--no-drift] [--costs FILE] [--steps N] "
      "[--budget SECONDS | --full]",
@@ -398,7 +429,8 @@ int main(int argc, char **argv)
         }
         if (!strcmp(a, "-q")) cli.verbosity = -1;
         else if (!strcmp(a, "-v")) cli.verbosity = 1;
-        else if (a[0] != '-' && !cli.spec_path && strcmp(cmd->name, "version") != 0)
+        else if (a[0] != '-' && !cli.spec_path && strcmp(cmd->name, "version") != 0 &&
+                 strcmp(cmd->name, "calibrate") != 0) /* calibrate: --run SPEC TRACE */
             cli.spec_path = a;
         else if (nrest < (int)(sizeof(rest) / sizeof(rest[0])))
             rest[nrest++] = argv[k];

@@ -9,6 +9,8 @@
  *   sweep.c      the chunks x checkpoint x schedule sweep of simulations
  *   advise.c     the configuration search of `advise` (src/advise.h): schedule x chunks x
  *                checkpoint x BN policy with exact balance under a memory cap, Pareto front
+ *   predict.c    one cost model calibrated on several measured runs, and its predictions of
+ *                held-out runs (predicted vs measured makespan, bubble, per-device busy time)
  *   diagnose.c   diagnose's phases (check, simulate, execute + compare + calibrate, drift, BN
  *                adaptation), each one function
  *   report.c     diagnose's findings, page and report folder contents
@@ -21,6 +23,7 @@
 
 #include <stdbool.h>
 
+#include "sim/cores.h"
 #include "sim/cost.h"
 #include "sim/sim.h"
 #include "src/analysis.h"
@@ -88,6 +91,66 @@ struct ps_variant ps_study_whatif_variant(const struct ps_variant *v);
 void ps_study_whatif(const struct ps_spec *spec, const struct ps_model *model,
                      const struct ps_analysis *base, struct ps_whatif *w);
 void ps_study_whatif_finish(struct ps_whatif *w); /* accepts a zeroed struct */
+
+/* ---- predict.c ----------------------------------------------------------------------------- */
+
+/* One measured run: its spec (any chunks, checkpoint mode or schedule of one model), its trace,
+ * and, after the fit, its simulation with the fitted costs against the measurement. */
+struct ps_predict_run {
+    const char *spec_path, *trace_path; /* the caller's */
+    bool holdout;                       /* predicted, not fitted */
+    struct ps_spec *spec;
+    struct ps_model *model;
+    struct ps_study_sim base;           /* graph and order (roofline costs) */
+    struct ps_trace meas;
+    struct ps_study_sim pred;           /* with the fitted costs */
+    struct ps_cores_result csim;        /* pred's graph on `cores` cores (when cores > 0) */
+    struct ps_compare cmp;              /* pred (or csim) against meas */
+};
+
+/* The runs of one spec (repetitions of one configuration: a shared machine's noise), summed up:
+ * the prediction is one number, the measurements are spread; errors are against their median,
+ * or their minimum (the run the machine's other load disturbed least: interference only ever
+ * adds time). */
+enum ps_predict_stat { PS_PREDICT_MEDIAN, PS_PREDICT_MIN };
+#define PS_PREDICT_MAX_DEVICES 8
+struct ps_predict_group {
+    int first;                          /* index of its first run */
+    int n_runs;
+    bool holdout;
+    double pred_makespan_us, meas_median_us, meas_min_us, meas_max_us;
+    double meas_us;                     /* the median or the minimum (ps_predict_stat) */
+    double error;                       /* (meas_us - predicted) / meas_us */
+    double pred_bubble, meas_bubble;    /* mean over devices; measured: median over runs */
+    int n_devices;                      /* up to PS_PREDICT_MAX_DEVICES */
+    double pred_busy_us[PS_PREDICT_MAX_DEVICES], meas_busy_us[PS_PREDICT_MAX_DEVICES]; /* median */
+};
+
+struct ps_predict {
+    int n;
+    struct ps_predict_run *runs;
+    int n_groups;                       /* runs grouped by spec path, first appearance order */
+    struct ps_predict_group *groups;
+    struct ps_calib_fit fit;            /* over the runs that are not held out */
+    int cores;                          /* 0: the simulator (sim.h); N: sim/cores.h on N cores */
+    enum ps_predict_stat stat;
+    double fit_error[PS_PREDICT_MAX_DEVICES + 1]; /* auto: mean |makespan error| of the fitted
+                                                     runs with 0..D cores (NaN: not tried) */
+    double max_holdout_error;           /* max |error| over held-out groups; NaN: none */
+    double mean_holdout_error;          /* mean |error| over held-out groups; NaN: none */
+};
+
+/* Loads every spec and trace, fits one cost model to the runs not held out (ps_calibrate_runs
+ * with `loss`) and simulates every run with it: with the simulator (cores 0), with devices as
+ * threads on `cores` CPU cores (sim/cores.h), or, cores < 0, with whichever of 0, 1, ..., D
+ * (the devices) gives the fitted runs the smallest mean |makespan error| (held-out runs are not
+ * looked at for the choice). Errors compare with each configuration's `stat`. At least one run must be fitted; a spec given
+ * both to fit and to hold out is an error. 0 or a negative errno with diag (the file that
+ * failed). */
+int ps_study_predict(const char *const *spec_paths, const char *const *trace_paths,
+                     const bool *holdout, int n, enum ps_calib_loss loss, int cores,
+                     enum ps_predict_stat stat, struct ps_predict *out, struct ps_diag *diag);
+void ps_study_predict_finish(struct ps_predict *p); /* accepts a zeroed struct */
 
 /* ---- drift.c -------------------------------------------------------------------------------- */
 

@@ -1,0 +1,73 @@
+#!/bin/sh
+# Benchmark (meson benchmark 'predict'): does the simulator predict runs it has not seen?
+# For seed1 (balance [7, 9]) and digits-bn (balance [3, 4]), each on 2 devices (one worker thread
+# each, `run` without --serial), records `run --trace` at chunks {2, 4, 8, 16} x checkpoint
+# {never, except_last}, REPS (5) runs of each, calibrates one cost model per model on two of the
+# configurations (chunks 2 never and chunks 16 except_last: the largest and smallest micro-batch,
+# both checkpoint modes) and prints `calibrate`'s held-out table for the six others: predicted vs
+# measured makespan (median of the REPS runs, and their range: the machine's own noise), bubble
+# and per-device busy time. FIT=mean uses calibrate --fit mean. Figures only: nothing here asserts a time. The machine is shared (see
+# uptime's load average, printed first); every run is pinned to cores 0,1 when taskset exists.
+# PREDICT_DIR keeps the specs, traces and costs (default: a temporary folder, removed).
+ROOT=${PS_SOURCE_ROOT:-$(dirname "$0")/..}
+PIPESCOPE=${PIPESCOPE:-pipescope}
+STEPS=${STEPS:-3}
+REPS=${REPS:-5}
+FIT=${FIT:-mean}
+CORES=${CORES:-auto}
+PY=python3
+DIR=${PREDICT_DIR:-}
+if [ -z "$DIR" ]; then
+    DIR=$(mktemp -d) || exit 1
+    trap 'rm -rf "$DIR"' EXIT
+fi
+mkdir -p "$DIR" || exit 1
+PIN=""; command -v taskset >/dev/null && PIN="taskset -c 0,1"
+echo "bench_predict: $(uptime)"
+DIGITS=/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz
+MODELS="seed1:$ROOT/examples/seed1-convergence.json:7,9"
+[ -r "$DIGITS" ] && MODELS="$MODELS digits:$ROOT/examples/digits-bn.json:3,4"
+status=0
+for m in $MODELS; do
+    name=${m%%:*}; rest=${m#*:}; spec=${rest%%:*}; bal=${rest#*:}
+    for ck in 2 4 8 16; do
+        for cp in never except_last; do
+            out="$DIR/$name-c$ck-$cp.json"
+            $PY - "$spec" "$out" "$bal" "$ck" "$cp" <<'PYEOF' || exit 1
+import json, sys
+src, out, bal, ck, cp = sys.argv[1:]
+s = json.load(open(src))
+p = s["pipeline"]
+p["balance"] = [int(x) for x in bal.split(",")]
+p.pop("devices", None)  # default cuda:j: one device (and worker thread) per partition
+p["chunks"] = int(ck)
+p["checkpoint"] = cp
+s["name"] = "%s-c%s-%s" % (s["name"], ck, cp)
+json.dump(s, open(out, "w"), indent=1)
+PYEOF
+            r=1
+            while [ $r -le "$REPS" ]; do
+                $PIN "$PIPESCOPE" run "$out" --steps "$STEPS" --trace "${out%.json}.r$r.trace.json" \
+                    -q >/dev/null || { echo "bench_predict: run $out failed"; status=1; }
+                r=$((r + 1))
+            done
+        done
+    done
+    set --
+    for ck in 2 4 8 16; do
+        for cp in never except_last; do
+            s="$DIR/$name-c$ck-$cp.json"
+            r=1
+            while [ $r -le "$REPS" ]; do
+                case "$ck-$cp" in
+                2-never | 16-except_last) set -- "$@" --run "$s" "${s%.json}.r$r.trace.json" ;;
+                *) set -- "$@" --holdout "$s" "${s%.json}.r$r.trace.json" ;;
+                esac
+                r=$((r + 1))
+            done
+        done
+    done
+    echo "== $name: calibrated on chunks 2 never + chunks 16 except_last ($REPS runs each of $STEPS steps, the last traced; --fit $FIT --cores $CORES)"
+    "$PIPESCOPE" calibrate "$@" --fit "$FIT" --cores "$CORES" -o "$DIR/$name-costs.json" || status=1
+done
+exit $status

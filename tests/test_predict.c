@@ -1,0 +1,362 @@
+/* predict: the fit over several runs (sim/calibrate.h ps_calibrate_runs), devices on shared cores
+ * (sim/cores.h) and the held-out report (src/study/predict.c). The truth is always chosen here:
+ * timelines simulated with known fixed + per-sample costs at several micro-batch sizes, a
+ * schedule worked by hand, and measurement noise drawn from a fixed generator.
+ */
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "sim/calibrate.h"
+#include "sim/cores.h"
+#include "sim/cost.h"
+#include "sim/sim.h"
+#include "src/engine.h"
+#include "src/model.h"
+#include "src/schedule.h"
+#include "src/spec.h"
+#include "src/study/study.h"
+#include "viz/viz.h"
+
+#define assert_near(a, b, eps)                                                                \
+    do {                                                                                       \
+        double x_ = (a), y_ = (b);                                                             \
+        if (!(fabs(x_ - y_) <= (eps))) {                                                       \
+            print_error("%.17g != %.17g (diff %.3g > %.3g)\n", x_, y_, fabs(x_ - y_),          \
+                        (double)(eps));                                                        \
+            fail();                                                                            \
+        }                                                                                      \
+    } while (0)
+
+struct fx {
+    struct ps_spec *spec;
+    struct ps_model *model;
+    struct ps_graph *g;
+    struct ps_order o;
+    double *cost;
+    struct ps_sim sim;
+};
+
+/* linear 8 -> relu -> linear 4 on two devices, batch 8 */
+static void spec_text(char *buf, size_t n, int chunks, const char *ckpt)
+{
+    snprintf(buf, n,
+             "{\"pipescope\":1,\"name\":\"p-c%d-%s\",\"batch\":8,\"model\":{\"input\":[6],"
+             "\"layers\":[{\"op\":\"linear\",\"out\":8},{\"op\":\"relu\"},"
+             "{\"op\":\"linear\",\"out\":4}],\"loss\":\"sum\"},"
+             "\"pipeline\":{\"balance\":[2,1],\"chunks\":%d,\"checkpoint\":\"%s\"}}",
+             chunks, ckpt, chunks, ckpt);
+}
+
+/* per layer: forward/backward per sample and fixed (partition 0 = layers 0-1, 1 = layer 2) */
+static struct ps_cost_layer TRUTH_L[3] = {
+    {2.0, 4.0, -1, 3.0, 5.0}, {0.5, 0.5, -1, 1.0, 1.0}, {3.0, 6.0, -1, 7.0, 2.0}};
+static const double PART[2][PS_CALT__COUNT] = {{4.0, 2.5, 6.0, 4.5}, {7.0, 3.0, 2.0, 6.0}};
+
+static void truth_costs(struct ps_costs *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->per_sample = true;
+    c->micro_batch = 1;
+    c->n_layers = 3;
+    c->layers = TRUTH_L;
+    c->copy_bandwidth = 4e8; /* 400 B/us */
+    c->copy_latency_us = 2;
+    c->launch_overhead_us = 1.5;
+}
+
+static void fx_build(struct fx *f, int chunks, const char *ckpt, const struct ps_costs *c)
+{
+    char js[1024];
+    spec_text(js, sizeof(js), chunks, ckpt);
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    memset(f, 0, sizeof(*f));
+    assert_int_equal(ps_spec_parse(js, "t.json", ".", &f->spec, &d), 0);
+    assert_int_equal(ps_model_build(f->spec, &f->model, &d), 0);
+    struct ps_variant v;
+    ps_variant_from_spec(f->spec, &v);
+    assert_int_equal(ps_schedule_build(f->spec, f->model, &v, &f->g, &d), 0);
+    assert_int_equal(ps_schedule_order(f->g, &f->o, &d), 0);
+    f->cost = malloc(f->g->n_nodes * sizeof(double));
+    assert_non_null(f->cost);
+    assert_int_equal(ps_cost_fill(f->g, c, f->cost, &d), 0);
+    struct ps_sim_opts so = {.launch_us = ps_cost_launch_us(f->g, c)};
+    assert_int_equal(ps_sim_run(f->g, &f->o, f->cost, &so, &f->sim, &d), 0);
+}
+
+static void fx_free(struct fx *f)
+{
+    ps_sim_finish(&f->sim);
+    free(f->cost);
+    ps_order_finish(&f->o);
+    ps_graph_destroy(f->g);
+    ps_model_destroy(f->model);
+    ps_spec_destroy(f->spec);
+}
+
+static const struct {
+    int chunks;
+    const char *ckpt;
+} RUNS[] = {{2, "never"}, {8, "except_last"}, {4, "except_last"}, {4, "never"}};
+
+/* Exact synthetic traces of micro-batch sizes 4 and 1 (and 2 with recomputes): every fixed and
+ * per-sample term, the copy link and the launch overhead come back, with standard error 0. */
+static void test_fit_recovers_exact(void **state)
+{
+    (void)state;
+    struct ps_costs truth;
+    truth_costs(&truth);
+    struct fx f[3];
+    struct ps_calib_run cr[3];
+    for (int k = 0; k < 3; k++) {
+        fx_build(&f[k], RUNS[k].chunks, RUNS[k].ckpt, &truth);
+        cr[k] = (struct ps_calib_run){f[k].g, &f[k].o, &f[k].sim.trace};
+    }
+    struct ps_calib_fit fit;
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    assert_int_equal(ps_calibrate_runs(cr, 3, PS_CAL_ROBUST, &fit, &d), 0);
+    assert_int_equal(fit.n_parts, 2);
+    for (int j = 0; j < 2; j++)
+        for (int t = 0; t < PS_CALT__COUNT; t++) {
+            assert_near(fit.term[t][j], PART[j][t], 1e-6);
+            assert_near(fit.term_sd[t][j], 0, 1e-6);
+        }
+    assert_true(fit.fitted[PS_CAL_BANDWIDTH] && fit.fitted[PS_CAL_LATENCY] &&
+                fit.fitted[PS_CAL_LAUNCH]);
+    assert_near(fit.value[PS_CAL_BANDWIDTH] / 4e8, 1, 1e-6);
+    assert_near(fit.value[PS_CAL_LATENCY], 2, 1e-6);
+    assert_near(fit.value[PS_CAL_LAUNCH], 1.5, 1e-6);
+    assert_true(fit.rms_us < 1e-6);
+    /* the costs file: per-partition sums of the layers' terms reproduce the truth */
+    const struct ps_costs *c = fit.costs;
+    assert_near(c->layers[0].forward_fixed_us + c->layers[1].forward_fixed_us, 4.0, 1e-6);
+    assert_near(c->layers[0].backward_us + c->layers[1].backward_us, 4.5, 1e-6);
+    assert_near(c->layers[2].forward_fixed_us, 7.0, 1e-6);
+    assert_near(c->layers[2].backward_us, 6.0, 1e-6);
+    /* and a run it never saw (chunks 4, never) is simulated to the same makespan */
+    struct fx h, p;
+    fx_build(&h, 4, "never", &truth);
+    fx_build(&p, 4, "never", c);
+    assert_near(p.sim.makespan_us, h.sim.makespan_us, 1e-6 * h.sim.makespan_us);
+    fx_free(&h);
+    fx_free(&p);
+    ps_calib_fit_finish(&fit);
+    /* one micro-batch size only: fixed and per-sample collinear, the fixed terms not
+       identifiable (NaN) and the per-sample ones absorb them */
+    assert_int_equal(ps_calibrate_runs(cr, 1, PS_CAL_ROBUST, &fit, &d), 0);
+    assert_true(isnan(fit.term[PS_CALT_FWD_FIXED][0]) && isnan(fit.term_sd[PS_CALT_FWD_FIXED][0]));
+    assert_near(fit.term[PS_CALT_FWD_SAMPLE][0], 2.5 + 4.0 / 4, 1e-6);
+    ps_calib_fit_finish(&fit);
+    for (int k = 0; k < 3; k++) fx_free(&f[k]);
+}
+
+/* fixed generator: uniform in [-1, 1] */
+static double noise(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (double)(*s >> 11) / (double)(1ULL << 52) - 1.0;
+}
+
+/* Task times with +-10% uniform noise, 4 runs of each of three configurations: the mean fit
+ * lands within 4 standard errors of every true term, and the standard errors are neither 0
+ * nor useless (below a quarter of the per-sample terms). */
+static void test_fit_noise_uncertainty(void **state)
+{
+    (void)state;
+    struct ps_costs truth;
+    truth_costs(&truth);
+    enum { REP = 4 };
+    struct fx f[3];
+    struct ps_trace m[3 * REP];
+    struct ps_calib_run cr[3 * REP];
+    uint64_t seed = 12345;
+    for (int k = 0; k < 3; k++) {
+        fx_build(&f[k], RUNS[k].chunks, RUNS[k].ckpt, &truth);
+        for (int r = 0; r < REP; r++) {
+            struct ps_trace *t = &m[k * REP + r];
+            ps_trace_init(t, PS_TRACE_CPU);
+            for (uint32_t i = 0; i < f[k].sim.trace.n; i++) {
+                const struct ps_trace_rec *x = &f[k].sim.trace.r[i];
+                if (!ps_node_is_task(&f[k].g->nodes[x->node])) continue;
+                assert_int_equal(ps_trace_add(t, x->node, x->device, x->stream, x->start_us,
+                                              x->dur_us * (1 + 0.1 * noise(&seed)), NULL),
+                                 0);
+            }
+            cr[k * REP + r] = (struct ps_calib_run){f[k].g, &f[k].o, t};
+        }
+    }
+    struct ps_calib_fit fit;
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    assert_int_equal(ps_calibrate_runs(cr, 3 * REP, PS_CAL_MEAN, &fit, &d), 0);
+    for (int j = 0; j < 2; j++)
+        for (int t = 0; t < PS_CALT__COUNT; t++) {
+            double v = fit.term[t][j], sd = fit.term_sd[t][j];
+            assert_true(isfinite(v) && sd > 0);
+            if (fabs(v - PART[j][t]) > 4 * sd) {
+                print_error("partition %d term %d: %g, truth %g, sd %g\n", j, t, v, PART[j][t], sd);
+                fail();
+            }
+            if (t == PS_CALT_FWD_SAMPLE || t == PS_CALT_BWD_SAMPLE) assert_true(sd < 0.25 * v);
+        }
+    ps_calib_fit_finish(&fit);
+    /* runs of different models are refused */
+    struct fx o;
+    fx_build(&o, 2, "never", &truth);
+    o.model->parts[0].count = 1; /* as if balance [1, 2] */
+    o.model->parts[1].first = 1;
+    struct ps_calib_run two[2] = {cr[0], {o.g, &o.o, &f[0].sim.trace}};
+    assert_int_equal(ps_calibrate_runs(two, 2, PS_CAL_ROBUST, &fit, &d), -EINVAL);
+    assert_non_null(strstr(d.msg, "balance[0]"));
+    o.model->parts[0].count = 2;
+    o.model->parts[1].first = 2;
+    fx_free(&o);
+    for (int k = 0; k < 3 * REP; k++) ps_trace_finish(&m[k]);
+    for (int k = 0; k < 3; k++) fx_free(&f[k]);
+}
+
+/* Two devices, chunks 2, checkpoint never, F = 10 us and B = 20 us per task (fixed terms only),
+ * by hand. One core: device 0 runs F(0,0) 0-10 and F(1,0) 10-20 without letting go, then must
+ * wait; device 1 runs F(0,1) 20-30, F(1,1) 30-40, B(1,1) 40-60, B(0,1) 60-80; device 0 then
+ * B(1,0) 80-100, B(0,0) 100-120: everything in turn, 120 us. Two cores: F(0,1) 10-20,
+ * F(1,1) 20-30, B(1,1) 30-50, B(0,1) 50-70, B(1,0) 50-70, B(0,0) 70-90: 90 us. */
+static void test_cores_by_hand(void **state)
+{
+    (void)state;
+    struct ps_cost_layer L[3] = {{0, 0, -1, 10, 20}, {0, 0, -1, 0, 0}, {0, 0, -1, 10, 20}};
+    struct ps_costs c = {.per_sample = true, .micro_batch = 1, .n_layers = 3, .layers = L,
+                         .copy_bandwidth = -1, .copy_latency_us = -1, .launch_overhead_us = 0};
+    struct fx f;
+    fx_build(&f, 2, "never", &c);
+    static const struct {
+        int cores;
+        double makespan;
+        const char *node[6];
+        double start[6];
+    } want[2] = {{1, 120, {"F(0,1)", "F(1,1)", "B(1,1)", "B(0,1)", "B(1,0)", "B(0,0)"},
+                  {20, 30, 40, 60, 80, 100}},
+                 {2, 90, {"F(0,1)", "F(1,1)", "B(1,1)", "B(0,1)", "B(1,0)", "B(0,0)"},
+                  {10, 20, 30, 50, 50, 70}}};
+    for (int w = 0; w < 2; w++) {
+        struct ps_cores_result r;
+        struct ps_diag d;
+        ps_diag_clear(&d);
+        assert_int_equal(ps_sim_cores(f.g, &f.o, f.cost, want[w].cores, &r, &d), 0);
+        assert_near(r.makespan_us, want[w].makespan, 1e-3);
+        int found = 0;
+        for (uint32_t k = 0; k < r.trace.n; k++) {
+            char name[64];
+            ps_node_name(f.g, r.trace.r[k].node, name, (int)sizeof(name));
+            for (int i = 0; i < 6; i++)
+                if (!strcmp(name, want[w].node[i])) {
+                    assert_near(r.trace.r[k].start_us, want[w].start[i], 1e-3);
+                    found++;
+                }
+        }
+        assert_int_equal(found, 6);
+        ps_cores_finish(&r);
+    }
+    /* as many cores as devices and no launch cost: the pipeline simulator's makespan */
+    assert_near(f.sim.makespan_us, 90, 1e-3 + 4 * 2.0 /* copies at the spec's link */);
+    fx_free(&f);
+}
+
+/* the held-out report on synthetic data: spec and trace files, fitted on two configurations,
+ * two held out; every prediction equals its measurement (to the trace file's rounding) */
+static void write_run(const char *dir, int chunks, const char *ckpt, const struct ps_costs *c,
+                      int cores, char *spec_path, char *trace_path)
+{
+    char js[1024];
+    spec_text(js, sizeof(js), chunks, ckpt);
+    snprintf(spec_path, 512, "%s/c%d-%s.json", dir, chunks, ckpt);
+    snprintf(trace_path, 512, "%s/c%d-%s.trace.json", dir, chunks, ckpt);
+    FILE *fp = fopen(spec_path, "w");
+    assert_non_null(fp);
+    fputs(js, fp);
+    fclose(fp);
+    struct fx f;
+    fx_build(&f, chunks, ckpt, c);
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    struct ps_chrome_opts co = {0};
+    if (cores > 0) {
+        struct ps_cores_result r;
+        assert_int_equal(ps_sim_cores(f.g, &f.o, f.cost, cores, &r, &d), 0);
+        assert_int_equal(ps_chrome_write_file(f.g, &r.trace, &co, trace_path, &d), 0);
+        ps_cores_finish(&r);
+    } else {
+        assert_int_equal(ps_chrome_write_file(f.g, &f.sim.trace, &co, trace_path, &d), 0);
+    }
+    fx_free(&f);
+}
+
+static void test_holdout_exact(void **state)
+{
+    (void)state;
+    struct ps_costs truth;
+    truth_costs(&truth);
+    for (int mode = 0; mode < 2; mode++) { /* 0: the simulator's timelines; 1: one core */
+        char dir[] = "/tmp/ps_predict_XXXXXX";
+        assert_non_null(mkdtemp(dir));
+        char sp[4][512], tp[4][512];
+        const char *specs[4], *traces[4];
+        bool hold[4] = {false, false, true, true};
+        for (int k = 0; k < 4; k++) {
+            write_run(dir, RUNS[k].chunks, RUNS[k].ckpt, &truth, mode, sp[k], tp[k]);
+            specs[k] = sp[k];
+            traces[k] = tp[k];
+        }
+        struct ps_predict p;
+        struct ps_diag d;
+        ps_diag_clear(&d);
+        assert_int_equal(ps_study_predict(specs, traces, hold, 4, PS_CAL_ROBUST,
+                                          mode ? -1 : 0, PS_PREDICT_MEDIAN, &p, &d),
+                         0);
+        assert_int_equal(p.cores, mode ? 1 : 0);
+        assert_int_equal(p.n_groups, 4);
+        for (int j = 0; j < 4; j++) {
+            const struct ps_predict_group *gr = &p.groups[j];
+            assert_int_equal(gr->holdout, hold[j]);
+            assert_near(gr->error, 0, 1e-5);
+            assert_near(gr->pred_bubble, gr->meas_bubble, 1e-5);
+            for (int dv = 0; dv < gr->n_devices; dv++)
+                assert_near(gr->pred_busy_us[dv], gr->meas_busy_us[dv], 1e-3);
+        }
+        assert_true(p.max_holdout_error < 1e-5);
+        ps_study_predict_finish(&p);
+        /* a spec both fitted and held out is refused */
+        const char *s2[2] = {sp[0], sp[0]}, *t2[2] = {tp[0], tp[0]};
+        bool h2[2] = {false, true};
+        assert_int_equal(ps_study_predict(s2, t2, h2, 2, PS_CAL_ROBUST, 0, PS_PREDICT_MIN, &p, &d),
+                         -EINVAL);
+        assert_non_null(strstr(d.msg, "held-out"));
+        ps_study_predict_finish(&p);
+        for (int k = 0; k < 4; k++) {
+            unlink(sp[k]);
+            unlink(tp[k]);
+        }
+        rmdir(dir);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fit_recovers_exact),
+        cmocka_unit_test(test_fit_noise_uncertainty),
+        cmocka_unit_test(test_cores_by_hand),
+        cmocka_unit_test(test_holdout_exact),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
