@@ -9,9 +9,11 @@
  * time balance of its S stages (sim/balance.h) with every stage under the cap at one
  * micro-batch's activations (a necessary condition: -ENOSPC proves no balance fits), is built
  * as a derived spec (the spec's JSON with the pipeline fields replaced) and simulated. When the
- * simulated peak exceeds the cap it is rebalanced once with every stage charged the simulated
- * in-flight count of micro-batches (a conservative model: that balance is not proven optimal,
- * and the point says so).
+ * simulated peak exceeds the cap and the layers have at most ADVISE_MAX_BALANCES balances, every
+ * balance is simulated in order of its slowest stage until one fits (still the exact min-max
+ * among those that fit; none fitting is a proof); with more, it is rebalanced once with every
+ * stage charged the simulated in-flight count of micro-batches (a conservative model: that
+ * balance is not proven optimal, and the point and the search say so).
  *
  * Pruning (A2 of advise.h) uses bounds valid for any balance: makespan >= the total work over
  * D devices (each node costs at least its own FLOPs or bytes at the device's rates, so a
@@ -343,6 +345,95 @@ static void bn_statistics(struct ctx *c, struct ps_advise *a)
              c->n_bn, c->n_bn == 1 ? "" : "s");
 }
 
+/* Every composition of L layers into S non-empty stages (n of them, S ints each), ordered by
+ * the slowest stage's time; stages within 1e-12 (relative) of a group's fastest count as tied and
+ * keep lexicographic order, as ps_balance_exact breaks ties. NULL when there are more than max
+ * (or out of memory). */
+struct comp_sort {
+    const double *mx;
+    const int *b;
+    int S;
+};
+static struct comp_sort g_cs; /* qsort has no context argument; set just before each sort */
+
+static int by_lex(const void *x, const void *y)
+{
+    const int *a = g_cs.b + (size_t)*(const int *)x * (size_t)g_cs.S;
+    const int *b = g_cs.b + (size_t)*(const int *)y * (size_t)g_cs.S;
+    for (int j = 0; j < g_cs.S; j++)
+        if (a[j] != b[j]) return a[j] - b[j];
+    return 0;
+}
+
+static int by_mx(const void *x, const void *y)
+{
+    double a = g_cs.mx[*(const int *)x], b = g_cs.mx[*(const int *)y];
+    if (a != b) return a < b ? -1 : 1;
+    return by_lex(x, y);
+}
+
+static int *compositions(const double *t, int L, int S, int max, int *n, int **order)
+{
+    double cnt = 1; /* C(L-1, S-1) */
+    for (int k = 1; k <= S - 1; k++) cnt = cnt * (L - S + k) / k;
+    *n = 0;
+    *order = NULL;
+    if (cnt > max) return NULL;
+    int N = (int)(cnt + 0.5);
+    int *all = malloc((size_t)N * (size_t)S * sizeof(int));
+    int *ord = malloc((size_t)N * sizeof(int));
+    double *mx = malloc((size_t)N * sizeof(double));
+    int *b = malloc((size_t)S * sizeof(int));
+    if (!all || !ord || !mx || !b) goto fail;
+    for (int j = 0; j < S - 1; j++) b[j] = 1;
+    b[S - 1] = L - (S - 1);
+    for (int k = 0; k < N; k++) {
+        memcpy(all + (size_t)k * (size_t)S, b, (size_t)S * sizeof(int));
+        double m = 0;
+        for (int j = 0, l = 0; j < S; j++) {
+            double st = 0;
+            for (int q = 0; q < b[j]; q++) st += t[l++];
+            if (st > m) m = st;
+        }
+        mx[k] = m;
+        ord[k] = k;
+        /* the next composition in lexicographic order */
+        for (int j = S - 2; j >= 0; j--) {
+            int rest = 0;
+            for (int q = j + 1; q < S; q++) rest += b[q];
+            if (rest - 1 >= S - 1 - j) {
+                b[j]++;
+                rest--;
+                for (int q = j + 1; q < S - 1; q++) b[q] = 1;
+                b[S - 1] = rest - (S - 2 - j);
+                break;
+            }
+        }
+    }
+    g_cs = (struct comp_sort){mx, all, S};
+    qsort(ord, (size_t)N, sizeof(int), by_mx);
+    for (int g = 0; g < N;) {
+        int e = g + 1;
+        while (e < N && mx[ord[e]] <= mx[ord[g]] * (1 + 1e-12)) e++;
+        qsort(ord + g, (size_t)(e - g), sizeof(int), by_lex);
+        g = e;
+    }
+    free(mx);
+    free(b);
+    *n = N;
+    *order = ord;
+    return all;
+fail:
+    free(all);
+    free(ord);
+    free(mx);
+    free(b);
+    return NULL;
+}
+
+/* compositions enumerated when the min-max balance does not fit the cap */
+#define ADVISE_MAX_BALANCES 256
+
 struct config {
     int sched, vs, chunks;
     enum ps_checkpoint ck;
@@ -623,27 +714,47 @@ int ps_study_advise(const struct ps_spec *spec, const struct ps_model *model,
                 base.status = PS_ADV_SKIPPED;
                 snprintf(why, sizeof(why), "%.158s", sd.msg);
             } else if (capv > 0 && (double)pk > capv) {
-                /* rebalance with every stage charged the simulated in-flight count */
-                layer_mem(&c, mb, inf);
+                /* small enough: every balance, slowest stage first, until one fits (exact);
+                 * else rebalance once with every stage charged the in-flight count */
+                int ncomp = 0, *ord = NULL;
+                int *all = compositions(c.t, c.L, S, ADVISE_MAX_BALANCES, &ncomp, &ord);
                 int *b2 = calloc((size_t)S, sizeof(int));
                 double ms2 = 0, mx2;
                 int64_t pk2 = 0;
                 uint32_t inf2;
-                bool fit = false;
-                if (b2 && !ps_balance_exact(c.t, c.mem, capv, c.L, S, b2, &mx2)) {
-                    ps_diag_clear(&sd);
-                    if (!sim_one(&c, x->sched, vs, S, b2, x->chunks, x->ck, &ms2, &pk2, &dv,
-                                 &inf2, &split, &sd)) {
+                bool fit = false, tried_all = false;
+                if (all && b2) {
+                    tried_all = true;
+                    for (int q = 0; q < ncomp && !fit; q++) {
+                        memcpy(b2, all + (size_t)ord[q] * (size_t)S, (size_t)S * sizeof(int));
+                        ps_diag_clear(&sd);
+                        if (sim_one(&c, x->sched, vs, S, b2, x->chunks, x->ck, &ms2, &pk2, &dv,
+                                    &inf2, &split, &sd))
+                            continue;
                         a->n_simulated++;
                         fit = (double)pk2 <= capv;
+                    }
+                } else if (b2) {
+                    layer_mem(&c, mb, inf);
+                    if (!ps_balance_exact(c.t, c.mem, capv, c.L, S, b2, &mx2)) {
+                        ps_diag_clear(&sd);
+                        if (!sim_one(&c, x->sched, vs, S, b2, x->chunks, x->ck, &ms2, &pk2, &dv,
+                                     &inf2, &split, &sd)) {
+                            a->n_simulated++;
+                            fit = (double)pk2 <= capv;
+                        }
                     }
                 }
                 if (fit) {
                     memcpy(bal, b2, (size_t)S * sizeof(int));
                     ms = ms2;
                     pk = pk2;
-                    exact = false;
-                    a->n_rebalanced++;
+                    exact = tried_all;
+                    if (!tried_all) a->n_rebalanced++;
+                } else if (tried_all) {
+                    base.status = PS_ADV_NO_BALANCE;
+                    snprintf(why, sizeof(why), "none of the %d balances of %d stages fits the cap "
+                             "(each simulated)", ncomp, S);
                 } else {
                     base.status = PS_ADV_OVER_CAP;
                     snprintf(why, sizeof(why), "simulated peak %lld bytes over the cap, also "
@@ -651,10 +762,11 @@ int ps_study_advise(const struct ps_spec *spec, const struct ps_model *model,
                     base.peak_bytes = pk;
                 }
                 free(b2);
+                free(all);
+                free(ord);
             }
         }
-        if (base.status == PS_ADV_OVER_CAP || base.status == PS_ADV_NO_BALANCE)
-            a->exhaustive = false;
+        if (base.status == PS_ADV_OVER_CAP) a->exhaustive = false;
         if (base.status == PS_ADV_SKIPPED) a->n_skipped++;
         if (!exact) a->exhaustive = false;
         for (int pi = 0; pi < npol; pi++) {
