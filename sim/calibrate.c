@@ -470,7 +470,7 @@ int ps_calibrate_runs(const struct ps_calib_run *runs, int n, enum ps_calib_loss
     }
     /* columns: per-sample terms first (collinear fixed terms are the ones dropped) */
     int cFb = 0, cBb = np_, cFa = 2 * np_, cBa = 3 * np_, cU = 4 * np_, cL = cU + 1, cH = cU + 2,
-        cO = cU + 3;
+        cRb = cU + 3, cRa = cRb + np_, cO = cRa + np_;
     int P = cO + n;
     struct lsq q = {.np = P};
     double *x = calloc((size_t)P, sizeof(double)), *wt = NULL, *N = NULL, *inv = NULL, *var = NULL;
@@ -503,6 +503,10 @@ int ps_calibrate_runs(const struct ps_calib_run *runs, int n, enum ps_calib_loss
                 if (!(row = lsq_row(&q))) goto nomem;
                 row[(fwd ? cFb : cBb) + nd->part] = s;
                 row[(fwd ? cFa : cBa) + nd->part] = 1;
+                if (nd->kind == PS_NODE_RECOMPUTE) {
+                    row[cRb + nd->part] = s;
+                    row[cRa + nd->part] = 1;
+                }
                 row[P] = dur;
                 n_task_rows++;
             } else if (nd->kind == PS_NODE_COPY) {
@@ -570,13 +574,17 @@ int ps_calibrate_runs(const struct ps_calib_run *runs, int n, enum ps_calib_loss
     out->rms_us = sqrt(ss / q.n_rows);
     out->n_parts = np_;
     out->n_runs = n;
-    static const int col_of_term[PS_CALT__COUNT] = {2, 0, 3, 1}; /* x np_ */
     for (int t = 0; t < PS_CALT__COUNT; t++) {
         out->term[t] = malloc(((size_t)np_ + 1) * sizeof(double));
         out->term_sd[t] = malloc(((size_t)np_ + 1) * sizeof(double));
         if (!out->term[t] || !out->term_sd[t]) goto nomem;
         for (int j = 0; j < np_; j++) {
-            int c = col_of_term[t] * np_ + j;
+            int c = t == PS_CALT_FWD_FIXED    ? cFa + j
+                    : t == PS_CALT_FWD_SAMPLE ? cFb + j
+                    : t == PS_CALT_BWD_FIXED  ? cBa + j
+                    : t == PS_CALT_BWD_SAMPLE ? cBb + j
+                    : t == PS_CALT_REC_FIXED  ? cRa + j
+                                              : cRb + j;
             out->term[t][j] = used[c] ? x[c] : NAN;
             out->term_sd[t][j] = used[c] ? sqrt(var[c]) : NAN;
         }
@@ -621,6 +629,15 @@ int ps_calibrate_runs(const struct ps_calib_run *runs, int n, enum ps_calib_loss
             L->forward_fixed_us = isfinite(fa) ? fmax(fa, 0) / p->count : 0;
             L->backward_fixed_us = isfinite(ba) ? fmax(ba, 0) / p->count : 0;
             L->wgrad_us = -1;
+            double rb = out->term[PS_CALT_REC_SAMPLE][j], ra = out->term[PS_CALT_REC_FIXED][j];
+            if (isfinite(rb) || isfinite(ra)) {
+                L->recompute_set = true;
+                L->recompute_us = isfinite(fb) ? fmax(fb + (isfinite(rb) ? rb : 0), 0) * shf
+                                               : L->forward_us;
+                L->recompute_fixed_us =
+                    isfinite(fa) ? fmax(fa + (isfinite(ra) ? ra : 0), 0) / p->count
+                                 : L->forward_fixed_us;
+            }
         }
     }
     c->copy_bandwidth = out->fitted[PS_CAL_BANDWIDTH] ? out->value[PS_CAL_BANDWIDTH] : -1;

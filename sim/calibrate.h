@@ -53,7 +53,10 @@ void ps_calib_finish(struct ps_calib *c); /* accepts a zeroed struct */
  * ps_calibrate_runs fits one cost model to several measured runs of the same model (same layers
  * and balance; chunks, checkpoint mode and schedule may differ), by the same weighted least
  * squares as ps_calibrate, with per partition j and micro-batch size s:
- *   F(i,j), R(i,j):  dur = Fa_j + s * Fb_j       (fixed + per-sample)
+ *   F(i,j):          dur = Fa_j + s * Fb_j       (fixed + per-sample)
+ *   R(i,j):          dur = Fa_j + Ra_j + s * (Fb_j + Rb_j)   (Ra, Rb: what R does not do that
+ *                    F does, e.g. the cpu executor's R skips the last layer; columns after all
+ *                    others, Ra last: runs with R at one size only fit Rb)
  *   B(i,j) (+Wg):    dur = Ba_j + s * Bb_j
  *   C(...):          dur = bytes * u + lat
  *   host-bound starts of run r:  start = (K_v + 1) * h + t0_r   (one clock offset per run)
@@ -66,6 +69,7 @@ void ps_calib_finish(struct ps_calib *c); /* accepts a zeroed struct */
  * per-sample terms split in proportion to its layers' roofline times, its fixed terms in equal
  * parts (the trace has one range per partition task, so the layers inside it are not seen). */
 enum ps_calib_term { PS_CALT_FWD_FIXED, PS_CALT_FWD_SAMPLE, PS_CALT_BWD_FIXED, PS_CALT_BWD_SAMPLE,
+                     PS_CALT_REC_FIXED, PS_CALT_REC_SAMPLE, /* R minus F; NaN: R = F */
                      PS_CALT__COUNT };
 
 struct ps_calib_run {

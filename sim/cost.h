@@ -30,6 +30,10 @@ struct ps_cost_layer {
     /* time per task that does not scale with the micro-batch size (launch, allocation, loop
        set-up), added once to F/R and once to B of the layer's partition; 0 = none */
     double forward_fixed_us, backward_fixed_us;
+    /* recompute (R) time when it differs from the forward's (the cpu executor's R skips a
+       partition's last layer when nothing reads its output); recompute_set false = forward's */
+    bool recompute_set;
+    double recompute_us, recompute_fixed_us;
 };
 
 struct ps_costs {

@@ -5,15 +5,15 @@
 # {never, except_last}, REPS (5) runs of each, calibrates one cost model per model on two of the
 # configurations (chunks 2 never and chunks 16 except_last: the largest and smallest micro-batch,
 # both checkpoint modes) and prints `calibrate`'s held-out table for the six others: predicted vs
-# measured makespan (median of the REPS runs, and their range: the machine's own noise), bubble
-# and per-device busy time. FIT=mean uses calibrate --fit mean. Figures only: nothing here asserts a time. The machine is shared (see
+# measured makespan (the minimum of the REPS runs with --fit robust, their median with --fit mean,
+# and their range: the machine's own noise), bubble and per-device busy time; CORES (auto) is
+# calibrate's --cores. Figures only: nothing here asserts a time. The machine is shared (see
 # uptime's load average, printed first); every run is pinned to cores 0,1 when taskset exists.
 # PREDICT_DIR keeps the specs, traces and costs (default: a temporary folder, removed).
 ROOT=${PS_SOURCE_ROOT:-$(dirname "$0")/..}
 PIPESCOPE=${PIPESCOPE:-pipescope}
 STEPS=${STEPS:-3}
 REPS=${REPS:-5}
-FIT=${FIT:-mean}
 CORES=${CORES:-auto}
 PY=python3
 DIR=${PREDICT_DIR:-}
@@ -67,7 +67,13 @@ PYEOF
             done
         done
     done
-    echo "== $name: calibrated on chunks 2 never + chunks 16 except_last ($REPS runs each of $STEPS steps, the last traced; --fit $FIT --cores $CORES)"
-    "$PIPESCOPE" calibrate "$@" --fit "$FIT" --cores "$CORES" -o "$DIR/$name-costs.json" || status=1
+    # two readings of the same traces: typical task times against the least disturbed run, and
+    # mean task times (a steady load's delays in them) against the median run
+    for how in "robust min" "mean median"; do
+        fit=${how% *}; meas=${how#* }
+        echo "== $name: calibrated on chunks 2 never + chunks 16 except_last ($REPS runs each of $STEPS steps, the last traced; --fit $fit --measured $meas --cores $CORES)"
+        "$PIPESCOPE" calibrate "$@" --fit "$fit" --measured "$meas" --cores "$CORES" \
+            -o "$DIR/$name-$fit-costs.json" || status=1
+    done
 done
 exit $status

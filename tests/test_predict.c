@@ -58,9 +58,13 @@ static void spec_text(char *buf, size_t n, int chunks, const char *ckpt)
 }
 
 /* per layer: forward/backward per sample and fixed (partition 0 = layers 0-1, 1 = layer 2) */
-static struct ps_cost_layer TRUTH_L[3] = {
-    {2.0, 4.0, -1, 3.0, 5.0}, {0.5, 0.5, -1, 1.0, 1.0}, {3.0, 6.0, -1, 7.0, 2.0}};
-static const double PART[2][PS_CALT__COUNT] = {{4.0, 2.5, 6.0, 4.5}, {7.0, 3.0, 2.0, 6.0}};
+/* layer 2's recompute is cheaper than its forward (2 us/sample + 4 us instead of 3 + 7): the fit's
+ * R - F terms of partition 1 are -3 us and -1 us/sample, partition 0's are 0 */
+static struct ps_cost_layer TRUTH_L[3] = {{2.0, 4.0, -1, 3.0, 5.0, false, 0, 0},
+                                          {0.5, 0.5, -1, 1.0, 1.0, false, 0, 0},
+                                          {3.0, 6.0, -1, 7.0, 2.0, true, 2.0, 4.0}};
+static const double PART[2][PS_CALT__COUNT] = {{4.0, 2.5, 6.0, 4.5, 0, 0},
+                                               {7.0, 3.0, 2.0, 6.0, -3.0, -1.0}};
 
 static void truth_costs(struct ps_costs *c)
 {
@@ -107,7 +111,7 @@ static void fx_free(struct fx *f)
 static const struct {
     int chunks;
     const char *ckpt;
-} RUNS[] = {{2, "never"}, {8, "except_last"}, {4, "except_last"}, {4, "never"}};
+} RUNS[] = {{2, "never"}, {8, "except_last"}, {4, "except_last"}, {4, "never"}, {2, "except_last"}};
 
 /* Exact synthetic traces of micro-batch sizes 4 and 1 (and 2 with recomputes): every fixed and
  * per-sample term, the copy link and the launch overhead come back, with standard error 0. */
@@ -144,10 +148,19 @@ static void test_fit_recovers_exact(void **state)
     assert_near(c->layers[0].backward_us + c->layers[1].backward_us, 4.5, 1e-6);
     assert_near(c->layers[2].forward_fixed_us, 7.0, 1e-6);
     assert_near(c->layers[2].backward_us, 6.0, 1e-6);
+    assert_true(c->layers[2].recompute_set);
+    assert_near(c->layers[2].recompute_us, 2.0, 1e-6);
+    assert_near(c->layers[2].recompute_fixed_us, 4.0, 1e-6);
     /* and a run it never saw (chunks 4, never) is simulated to the same makespan */
     struct fx h, p;
     fx_build(&h, 4, "never", &truth);
     fx_build(&p, 4, "never", c);
+    assert_near(p.sim.makespan_us, h.sim.makespan_us, 1e-6 * h.sim.makespan_us);
+    fx_free(&h);
+    fx_free(&p);
+    /* nor one with recomputes at micro-batches of 4 (chunks 2, except_last) */
+    fx_build(&h, 2, "except_last", &truth);
+    fx_build(&p, 2, "except_last", c);
     assert_near(p.sim.makespan_us, h.sim.makespan_us, 1e-6 * h.sim.makespan_us);
     fx_free(&h);
     fx_free(&p);
@@ -157,6 +170,7 @@ static void test_fit_recovers_exact(void **state)
     assert_int_equal(ps_calibrate_runs(cr, 1, PS_CAL_ROBUST, &fit, &d), 0);
     assert_true(isnan(fit.term[PS_CALT_FWD_FIXED][0]) && isnan(fit.term_sd[PS_CALT_FWD_FIXED][0]));
     assert_near(fit.term[PS_CALT_FWD_SAMPLE][0], 2.5 + 4.0 / 4, 1e-6);
+    assert_true(isnan(fit.term[PS_CALT_REC_SAMPLE][1])); /* no recompute in that run: R = F */
     ps_calib_fit_finish(&fit);
     for (int k = 0; k < 3; k++) fx_free(&f[k]);
 }
@@ -234,7 +248,9 @@ static void test_fit_noise_uncertainty(void **state)
 static void test_cores_by_hand(void **state)
 {
     (void)state;
-    struct ps_cost_layer L[3] = {{0, 0, -1, 10, 20}, {0, 0, -1, 0, 0}, {0, 0, -1, 10, 20}};
+    struct ps_cost_layer L[3] = {{0, 0, -1, 10, 20, false, 0, 0},
+                                 {0, 0, -1, 0, 0, false, 0, 0},
+                                 {0, 0, -1, 10, 20, false, 0, 0}};
     struct ps_costs c = {.per_sample = true, .micro_batch = 1, .n_layers = 3, .layers = L,
                          .copy_bandwidth = -1, .copy_latency_us = -1, .launch_overhead_us = 0};
     struct fx f;
@@ -272,7 +288,7 @@ static void test_cores_by_hand(void **state)
     fx_free(&f);
 }
 
-/* the held-out report on synthetic data: spec and trace files, fitted on two configurations,
+/* the held-out report on synthetic data: spec and trace files, fitted on three configurations,
  * two held out; every prediction equals its measurement (to the trace file's rounding) */
 static void write_run(const char *dir, int chunks, const char *ckpt, const struct ps_costs *c,
                       int cores, char *spec_path, char *trace_path)
@@ -309,10 +325,12 @@ static void test_holdout_exact(void **state)
     for (int mode = 0; mode < 2; mode++) { /* 0: the simulator's timelines; 1: one core */
         char dir[] = "/tmp/ps_predict_XXXXXX";
         assert_non_null(mkdtemp(dir));
-        char sp[4][512], tp[4][512];
-        const char *specs[4], *traces[4];
-        bool hold[4] = {false, false, true, true};
-        for (int k = 0; k < 4; k++) {
+        /* recomputes at micro-batches of 1 and 2 in the fit (both R - F terms identifiable) */
+        enum { NR = 5 };
+        char sp[NR][512], tp[NR][512];
+        const char *specs[NR], *traces[NR];
+        bool hold[NR] = {false, false, false, true, true};
+        for (int k = 0; k < NR; k++) {
             write_run(dir, RUNS[k].chunks, RUNS[k].ckpt, &truth, mode, sp[k], tp[k]);
             specs[k] = sp[k];
             traces[k] = tp[k];
@@ -320,12 +338,12 @@ static void test_holdout_exact(void **state)
         struct ps_predict p;
         struct ps_diag d;
         ps_diag_clear(&d);
-        assert_int_equal(ps_study_predict(specs, traces, hold, 4, PS_CAL_ROBUST,
+        assert_int_equal(ps_study_predict(specs, traces, hold, NR, PS_CAL_ROBUST,
                                           mode ? -1 : 0, PS_PREDICT_MEDIAN, &p, &d),
                          0);
         assert_int_equal(p.cores, mode ? 1 : 0);
-        assert_int_equal(p.n_groups, 4);
-        for (int j = 0; j < 4; j++) {
+        assert_int_equal(p.n_groups, NR);
+        for (int j = 0; j < NR; j++) {
             const struct ps_predict_group *gr = &p.groups[j];
             assert_int_equal(gr->holdout, hold[j]);
             assert_near(gr->error, 0, 1e-5);
@@ -342,7 +360,7 @@ static void test_holdout_exact(void **state)
                          -EINVAL);
         assert_non_null(strstr(d.msg, "held-out"));
         ps_study_predict_finish(&p);
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < NR; k++) {
             unlink(sp[k]);
             unlink(tp[k]);
         }

@@ -448,6 +448,10 @@ cJSON *ps_costs_json(const struct ps_costs *c)
             ps_json_add_number(x, "forward_fixed_us", c->layers[k].forward_fixed_us);
         if (c->layers[k].backward_fixed_us > 0)
             ps_json_add_number(x, "backward_fixed_us", c->layers[k].backward_fixed_us);
+        if (c->layers[k].recompute_set) {
+            ps_json_add_number(x, "recompute_us", c->layers[k].recompute_us);
+            ps_json_add_number(x, "recompute_fixed_us", c->layers[k].recompute_fixed_us);
+        }
         cJSON_AddItemToArray(ls, x);
     }
     if (c->copy_bandwidth > 0 || c->copy_latency_us >= 0) {

@@ -74,8 +74,10 @@ static cJSON *run_json(const struct ps_predict_run *r)
 
 static cJSON *fit_json(const struct ps_calib_fit *f)
 {
-    static const char *const term[PS_CALT__COUNT] = {"forward_fixed_us", "forward_us_per_sample",
-                                                     "backward_fixed_us", "backward_us_per_sample"};
+    static const char *const term[PS_CALT__COUNT] = {
+        "forward_fixed_us",  "forward_us_per_sample",          "backward_fixed_us",
+        "backward_us_per_sample", "recompute_minus_forward_fixed_us",
+        "recompute_minus_forward_us_per_sample"};
     static const char *const par[PS_CAL_OFFSET] = {"copy_bandwidth", "copy_latency_us",
                                                    "launch_overhead_us"};
     cJSON *o = cJSON_CreateObject();
@@ -178,7 +180,8 @@ int ps_cmd_calibrate(struct ps_cli *cli)
         for (int j = 0; j < f->n_parts; j++) {
             char w[64];
             static const char *const tn[PS_CALT__COUNT] = {"F fixed us", "F us/sample",
-                                                           "B fixed us", "B us/sample"};
+                                                           "B fixed us", "B us/sample",
+                                                           "R-F fixed us", "R-F us/sample"};
             for (int t = 0; t < PS_CALT__COUNT; t++) {
                 snprintf(w, sizeof(w), "partition %d %s", j, tn[t]);
                 print_term(w, f->term[t][j], f->term_sd[t][j]);
