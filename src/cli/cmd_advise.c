@@ -20,8 +20,6 @@
 #include "viz/report.h"
 #include "viz/viz.h"
 
-#define ADVISE_FORWARD_FLOPS 5e9
-
 static int write_text(FILE *f, void *ctx, struct ps_diag *d)
 {
     (void)d;
@@ -91,17 +89,11 @@ int ps_cmd_advise(struct ps_cli *cli)
                             spec->n_layers);
         goto out;
     }
-    double fwd = 0;
-    for (int l = 0; l < spec->n_layers; l++) fwd += model->layers[l].fwd_flops;
-    fwd *= (double)spec->batch;
     if (no_drift) {
         o.predict_drift = false;
         snprintf(why, sizeof(why), "not predicted (--no-drift)");
-    } else if (!force_drift && fwd > ADVISE_FORWARD_FLOPS) {
-        o.predict_drift = false;
-        snprintf(why, sizeof(why), "not predicted: the forward pass it reads is %.3g GFLOP on "
-                 "the CPU (limit %.0f; --predict-drift runs it)", fwd * 1e-9,
-                 ADVISE_FORWARD_FLOPS * 1e-9);
+    } else if (!force_drift) {
+        o.predict_drift = ps_study_advise_drift_default(spec, model, why, sizeof(why));
     }
     o.drift_why = why;
     o.costs = costs;

@@ -124,6 +124,7 @@ int ps_cmd_diagnose(struct ps_cli *cli)
     phase_done(cli, &dg, &warned, "checks done", t_start);
     if (ps_diagnose_simulate(&dg, &d)) goto fail;
     ps_diagnose_schedules(&dg);
+    ps_diagnose_advise(&dg);
     phase_done(cli, &dg, &warned, "simulated", t_start);
     ps_diagnose_execute(&dg);
     phase_done(cli, &dg, &warned, "runs done", t_start);

@@ -846,6 +846,18 @@ out:
     return rc;
 }
 
+bool ps_study_advise_drift_default(const struct ps_spec *spec, const struct ps_model *model,
+                                   char *why, size_t len)
+{
+    double fwd = 0;
+    for (int l = 0; l < spec->n_layers; l++) fwd += model->layers[l].fwd_flops;
+    fwd *= (double)spec->batch;
+    if (fwd <= PS_ADVISE_FORWARD_FLOPS) return true;
+    snprintf(why, len, "not predicted: the forward pass it reads is %.3g GFLOP on the CPU (limit "
+             "%.0f; advise --predict-drift runs it)", fwd * 1e-9, PS_ADVISE_FORWARD_FLOPS * 1e-9);
+    return false;
+}
+
 bool ps_study_advise_cpu(const struct ps_spec *spec)
 {
     for (int j = 0; j < spec->n_partitions; j++)

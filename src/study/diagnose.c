@@ -143,6 +143,25 @@ void ps_diagnose_schedules(struct ps_diagnose *dg)
     dg->n_sched_rows = PS_SCHED__COUNT;
 }
 
+void ps_diagnose_advise(struct ps_diagnose *dg)
+{
+    char why[160] = "";
+    struct ps_advise_opts o = {.cap_auto = true, .costs = dg->costs};
+    o.predict_drift = ps_study_advise_drift_default(dg->spec, dg->model, why, sizeof(why));
+    o.drift_why = why;
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    if (ps_study_advise(dg->spec, dg->model, &o, &dg->advise, &d) ||
+        (dg->advise.recommended >= 0 &&
+         ps_study_advise_spec(dg->spec, &dg->advise.points[dg->advise.recommended],
+                              &dg->advise_spec, &d))) {
+        snprintf(dg->advise_why, sizeof(dg->advise_why), "%s", d.msg);
+        ps_advise_finish(&dg->advise);
+        return;
+    }
+    dg->have_advise = true;
+}
+
 void ps_diagnose_execute(struct ps_diagnose *dg)
 {
     const struct ps_spec *spec = dg->spec;
@@ -364,6 +383,8 @@ void ps_diagnose_adaptation(struct ps_diagnose *dg)
 
 void ps_diagnose_finish(struct ps_diagnose *dg)
 {
+    ps_advise_finish(&dg->advise);
+    free(dg->advise_spec);
     ps_drift_finish(&dg->dr);
     ps_compare_finish(&dg->cmp_cal);
     ps_study_sim_finish(&dg->sim_cal);

@@ -59,6 +59,14 @@ static const struct ps_diagnose_run *best_run(const struct ps_diagnose *dg)
 
 /* ---- files: traces, pictures, the calibrated costs ------------------------------------------ */
 
+static int write_text(FILE *f, void *ctx, struct ps_diag *d)
+{
+    (void)d;
+    fputs((const char *)ctx, f);
+    fputc('\n', f);
+    return ferror(f) ? -EIO : 0;
+}
+
 static int write_files(const struct ps_diagnose *dg, const char *dir, struct ps_diag *diag)
 {
     const struct ps_spec *spec = dg->spec;
@@ -119,6 +127,10 @@ static int write_files(const struct ps_diagnose *dg, const char *dir, struct ps_
     if (ps_plot_gantt_file(sr->g, &sr->sim.trace, NULL, &gs, OUT("timeline-simulated.svg"), diag))
         return diag->code ? diag->code : -EIO;
     if (have_cal && ps_costs_write(cal->costs, OUT("costs-cpu.json"), diag)) return diag->code ? diag->code : -EIO;
+    if (dg->have_advise && dg->advise.recommended >= 0 &&
+        (ps_advise_plot(&dg->advise, OUT("pareto.svg"), diag) ||
+         ps_out_write(OUT("recommended.json"), write_text, dg->advise_spec, diag)))
+        return diag->code ? diag->code : -EIO;
     if (have_drift && (ps_drift_plot(dr, "var_err", OUT("drift-var.svg"), diag) ||
                        ps_drift_plot(dr, "mean_err", OUT("drift-mean.svg"), diag) ||
                        ps_drift_plot(dr, "var_gap", OUT("drift-gap.svg"), diag)))
@@ -408,6 +420,57 @@ static void page_schedules(const struct ps_diagnose *dg, struct ps_html *h)
     }
 }
 
+/* advise's Pareto front and recommendation, as `advise --memory-cap auto` prints them */
+static void page_advise(const struct ps_diagnose *dg, struct ps_html *h)
+{
+    ps_html_section(h, "advise", "Which configuration to run");
+    if (!dg->have_advise) {
+        ps_html_para(h, "no configuration search (%s)", dg->advise_why);
+        return;
+    }
+    const struct ps_advise *a = &dg->advise;
+    char cap[64];
+    ps_viz_bytes(a->memory_cap, cap, sizeof(cap));
+    ps_html_para(h, "pipescope advise searched %d configurations on %d devices (every schedule, "
+                 "chunks, checkpoint mode and BN policy, each with the exact min-max time balance) "
+                 "under a cap of %s per device, the spec's own peak: %d simulated, %d pruned by "
+                 "bounds, %d cannot run; %s. BN drift: %s.", a->n_configs, a->devices, cap,
+                 a->n_simulated, a->n_pruned, a->n_skipped,
+                 a->exhaustive ? "exhaustive" : "not exhaustive (some configurations over the cap "
+                                                "were rebalanced by a conservative memory model)",
+                 a->drift_note);
+    if (a->recommended < 0) {
+        ps_html_para(h, "nothing fits the cap");
+        return;
+    }
+    char line[512];
+    ps_advise_sentence(a, &a->points[a->recommended], line, sizeof(line));
+    ps_html_para(h, "recommended: %s (recommended.json is its spec, ready to run)", line);
+    const char *head[] = {"schedule", "stages per device", "chunks", "checkpoint", "BN",
+                          "samples/s", "peak memory", "BN drift"};
+    ps_html_table(h, "the Pareto front", 8, head);
+    for (int i = 0; i < a->n_points; i++) {
+        const struct ps_advise_point *p = &a->points[i];
+        if (!p->on_front) continue;
+        char bufs[8][96];
+        const char *cells[8];
+        snprintf(CELL(0), 96, "%s%s", ps_schedule_name((enum ps_schedule)p->schedule),
+                 i == a->recommended ? " (recommended)" : "");
+        snprintf(CELL(1), 96, "%d", p->virtual_stages);
+        snprintf(CELL(2), 96, "%d", p->chunks);
+        snprintf(CELL(3), 96, "%s", ps_checkpoint_name(p->checkpoint));
+        snprintf(CELL(4), 96, "%s", ps_bn_policy_name(p->policy));
+        snprintf(CELL(5), 96, "%.1f", p->throughput);
+        ps_viz_bytes((double)p->peak_bytes, CELL(6), 96);
+        if (isnan(p->drift)) cells[7] = NULL;
+        else snprintf(CELL(7), 96, "%.3g%%", 100 * p->drift);
+        ps_html_row(h, cells);
+    }
+    ps_html_image(h, "pareto.svg", "Pareto front",
+                  "peak memory per device against throughput: the front per BN policy, the spec, "
+                  "the recommendation and the cap");
+}
+
 static void page_comparison(const struct ps_diagnose *dg, struct ps_html *h)
 {
     const struct ps_graph *g = dg->g;
@@ -671,6 +734,7 @@ static int write_report(const struct ps_diagnose *dg, struct ps_html *h, const c
         if (sw) ps_json_set(root, "schedules", cJSON_DetachItemFromObject(sw, "sweep"));
         cJSON_Delete(sw);
     }
+    if (dg->have_advise) ps_json_set(root, "advise", ps_advise_json(&dg->advise));
     if (have_drift) ps_json_set(root, "drift", ps_drift_json(dr));
     {
         cJSON *fj = cJSON_CreateArray();
@@ -717,6 +781,7 @@ int ps_diagnose_write(struct ps_diagnose *dg, const char *dir, struct ps_diag *d
     page_findings(dg, h);
     page_checks(dg, h);
     page_schedules(dg, h);
+    page_advise(dg, h);
     page_comparison(dg, h);
     page_batchnorm(dg, h);
     rc = write_report(dg, h, dir, diag);

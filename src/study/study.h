@@ -272,6 +272,11 @@ struct ps_diagnose {
     /* schedules: every schedule at the spec's chunks and checkpoint mode */
     int n_sched_rows;
     struct ps_sweep_row sched_rows[PS_SCHED__COUNT];
+    /* advise: the configuration search under the spec's own peak (advise --memory-cap auto) */
+    bool have_advise;
+    struct ps_advise advise;
+    char *advise_spec;                 /* recommended.json's text, NULL without a recommendation */
+    char advise_why[PS_DIAG_MSG_MAX];  /* why there is no advise section */
     /* execute */
     struct ps_diagnose_run runs[2];    /* cpu, cuda */
     bool have_cal;                     /* costs calibrated to the CPU run, simulated again */
@@ -306,6 +311,10 @@ int ps_diagnose_simulate(struct ps_diagnose *dg, struct ps_diag *diag);
  * take them is a row saying why): the report's side-by-side table of makespan, bubble, peak
  * memory and devices. */
 void ps_diagnose_schedules(struct ps_diagnose *dg);
+/* advise's search with the spec's own simulated peak as the memory cap and the drift predicted
+ * when advise would predict it: the report's "advise" section, pareto.svg and recommended.json.
+ * Never fails: without a result advise_why says why. */
+void ps_diagnose_advise(struct ps_diagnose *dg);
 /* A real run on the CPU, and on CUDA when there is one, each compared with the simulation; the
  * costs calibrated to the CPU run and simulated again. Never fails: a run that cannot happen
  * says why in runs[b].why. */
@@ -334,6 +343,12 @@ struct ps_advise_opts {
     int train_steps;              /* > 0: measure drift with short trainings at the best three */
 };
 
+/* forward FLOPs of one whole-batch pass above which advise leaves the drift prediction out */
+#define PS_ADVISE_FORWARD_FLOPS 5e9
+/* Whether advise predicts the drift by default (the forward pass is at most
+ * PS_ADVISE_FORWARD_FLOPS); when not, why says so. */
+bool ps_study_advise_drift_default(const struct ps_spec *spec, const struct ps_model *model,
+                                   char *why, size_t len);
 /* Per-layer forward + backward time of bs samples (measured costs when given, else the
  * roofline), what balance and advise split into stages. */
 void ps_study_layer_time(const struct ps_spec *spec, const struct ps_model *model,
