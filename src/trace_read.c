@@ -135,6 +135,10 @@ struct reader {
     uint64_t limit, kept;
     int step;            /* training step to keep, -1 = the last */
     struct file *cur;
+    /* info->threads by (file, pid, tid): open addressing, slot = index + 1, 0 = empty; a
+       simulated trace has one thread per copy stream, so a linear search was quadratic */
+    uint32_t *th_slot;
+    uint32_t th_cap;     /* a power of two, at least twice the threads */
 };
 
 /* R4: grows an array, counting its bytes against the memory limit */
@@ -168,6 +172,22 @@ static bool is_int(const cJSON *x, double lo, double hi)
            x->valuedouble <= hi && x->valuedouble == floor(x->valuedouble);
 }
 
+static uint32_t thread_hash(uint32_t file, const char *pid, long long tid)
+{
+    uint64_t h = 1469598103934665603ull ^ file;
+    for (const char *c = pid; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    h ^= (uint64_t)tid * 0x9e3779b97f4a7c15ull;
+    return (uint32_t)(h ^ (h >> 29));
+}
+
+static void thread_insert(struct reader *r, uint32_t k)
+{
+    const struct ps_trace_thread *t = &r->info->threads[k];
+    uint32_t i = thread_hash(t->file, t->pid, t->tid) & (r->th_cap - 1);
+    while (r->th_slot[i]) i = (i + 1) & (r->th_cap - 1);
+    r->th_slot[i] = k + 1;
+}
+
 static int thread_of(struct reader *r, const cJSON *pid, long long tid, uint32_t *out)
 {
     struct ps_trace_read_info *in = r->info;
@@ -175,22 +195,39 @@ static int thread_of(struct reader *r, const cJSON *pid, long long tid, uint32_t
     if (cJSON_IsString(pid)) snprintf(p, sizeof(p), "%s", pid->valuestring);
     else if (cJSON_IsNumber(pid)) snprintf(p, sizeof(p), "%.0f", pid->valuedouble);
     else snprintf(p, sizeof(p), "?");
-    for (uint32_t k = in->n_threads; k-- > 0;) {
-        if (in->threads[k].file != r->cur->ix) break;
-        if (in->threads[k].tid == tid && strcmp(in->threads[k].pid, p) == 0) {
-            *out = k;
-            return 0;
+    uint32_t file = r->cur->ix;
+    if (r->th_cap) {
+        for (uint32_t i = thread_hash(file, p, tid) & (r->th_cap - 1); r->th_slot[i];
+             i = (i + 1) & (r->th_cap - 1)) {
+            const struct ps_trace_thread *t = &in->threads[r->th_slot[i] - 1];
+            if (t->file == file && t->tid == tid && strcmp(t->pid, p) == 0) {
+                *out = r->th_slot[i] - 1;
+                return 0;
+            }
         }
     }
-    struct ps_trace_thread *q = realloc(in->threads, (in->n_threads + 1) * sizeof(*q));
-    if (!q) return ps_diag_set(r->d, -ENOMEM, r->cur->name, "out of memory");
-    in->threads = q;
-    struct ps_trace_thread *th = &q[in->n_threads];
+    if (2 * ((uint64_t)in->n_threads + 1) > r->th_cap) { /* grow the table, then the array */
+        uint32_t cap = r->th_cap ? 2 * r->th_cap : 64;
+        uint32_t *slot = calloc(cap, sizeof(uint32_t));
+        if (!slot) return ps_diag_set(r->d, -ENOMEM, r->cur->name, "out of memory");
+        free(r->th_slot);
+        r->th_slot = slot;
+        r->th_cap = cap;
+        for (uint32_t k = 0; k < in->n_threads; k++) thread_insert(r, k);
+    }
+    if ((in->n_threads & (in->n_threads - 1)) == 0) { /* capacity doubles at powers of two */
+        size_t want = in->n_threads ? 2 * (size_t)in->n_threads : 1;
+        struct ps_trace_thread *q = realloc(in->threads, want * sizeof(*q));
+        if (!q) return ps_diag_set(r->d, -ENOMEM, r->cur->name, "out of memory");
+        in->threads = q;
+    }
+    struct ps_trace_thread *th = &in->threads[in->n_threads];
     memset(th, 0, sizeof(*th));
     snprintf(th->pid, sizeof(th->pid), "%s", p);
     th->tid = tid;
     th->device = -1;
-    th->file = r->cur->ix;
+    th->file = file;
+    thread_insert(r, in->n_threads);
     *out = in->n_threads++;
     return 0;
 }
@@ -1047,6 +1084,7 @@ out:
         for (uint32_t k = 0; k < nfiles; k++) file_free(&fs[k]);
     free(fs);
     free(r.map);
+    free(r.th_slot);
     free(fix);
     free(off);
     if (rc || info == &local) ps_trace_read_info_finish(info);
