@@ -105,9 +105,13 @@ static void row(FILE *f, const struct ps_advise_point *p, bool rec)
     }
     if (!isnan(p->drift)) snprintf(dr, sizeof(dr), "%.3g%%", 100 * p->drift);
     if (p->status == PS_ADV_FEASIBLE && !p->balance_exact) snprintf(bal, sizeof(bal), " (rebalanced)");
-    fprintf(f, "%s %-16s %3d %6d %-11s %-9s %12s %11s %9s%s\n", rec ? "*" : " ",
+    char meas[48] = "";
+    if (!isnan(p->drift_measured))
+        snprintf(meas, sizeof(meas), " (trained: %.3g%%)", 100 * p->drift_measured);
+    fprintf(f, "%s %-16s %3d %6d %-11s %-9s %12s %11s %9s%s%s\n", rec ? "*" : " ",
             ps_schedule_name((enum ps_schedule)p->schedule), p->virtual_stages, p->chunks,
-            ps_checkpoint_name(p->checkpoint), ps_bn_policy_name(p->policy), thr, mem, dr, bal);
+            ps_checkpoint_name(p->checkpoint), ps_bn_policy_name(p->policy), thr, mem, dr, meas,
+            bal);
 }
 
 int ps_advise_table(const struct ps_advise *a, FILE *f, bool all)
