@@ -10,7 +10,8 @@
  *                 ps_report_bn_updates      run (the measured updates and final statistics)
  *   execution     ps_report_execution       run (one backend), diagnose (one per backend)
  *   comparison    ps_cmp_json               compare, diagnose
- *     calibration ps_calib_json, with the fitted costs file of ps_costs_json
+ *     calibration ps_calib_json, with the fitted costs file of ps_costs_json; calibrate's fit
+ *                 ps_calib_fit_json
  *   drift         ps_drift_json             drift, diagnose (plots: ps_drift_plot)
  *   advise        ps_advise_json            advise, diagnose (table: ps_advise_table, plot:
  *                                           ps_advise_plot)
@@ -62,6 +63,9 @@ cJSON *ps_report_bn_updates(const struct ps_spec *s, const struct ps_exec_result
 cJSON *ps_cmp_json(const struct ps_graph *g, const struct ps_compare *c,
                    const struct ps_trace *meas, const struct ps_trace_read_info *info,
                    const struct ps_tolerance *tol, int exceeded, const char *why);
+/* The "fit" of `calibrate` (sim/calibrate.h ps_calibrate_runs): every term with its standard
+ * error, null where not identifiable (viz/REPORT.md, calibration). */
+cJSON *ps_calib_fit_json(const struct ps_calib_fit *f);
 /* {"fitted": ..., "costs": ..., "before": ..., "after": ...} of a calibration. */
 cJSON *ps_calib_json(const struct ps_calib *cal, const struct ps_compare *before,
                      const struct ps_compare *after);

@@ -72,42 +72,6 @@ static cJSON *run_json(const struct ps_predict_run *r)
     return o;
 }
 
-static cJSON *fit_json(const struct ps_calib_fit *f)
-{
-    static const char *const term[PS_CALT__COUNT] = {
-        "forward_fixed_us",  "forward_us_per_sample",          "backward_fixed_us",
-        "backward_us_per_sample", "recompute_minus_forward_fixed_us",
-        "recompute_minus_forward_us_per_sample"};
-    static const char *const par[PS_CAL_OFFSET] = {"copy_bandwidth", "copy_latency_us",
-                                                   "launch_overhead_us"};
-    cJSON *o = cJSON_CreateObject();
-    if (!o) return NULL;
-    ps_json_add_int(o, "runs", f->n_runs);
-    ps_json_add_int(o, "observations", f->n_obs);
-    ps_json_add_int(o, "parameters", f->n_params);
-    ps_json_add_int(o, "rank", f->rank);
-    ps_json_add_int(o, "host_bound_starts", f->n_host_bound);
-    ps_json_add_int(o, "outliers", f->n_trimmed);
-    ps_json_add_number(o, "rms_us", f->rms_us);
-    cJSON *p = cJSON_AddArrayToObject(o, "partitions");
-    for (int j = 0; p && j < f->n_parts; j++) {
-        cJSON *x = cJSON_CreateObject(), *sd = cJSON_CreateObject();
-        ps_json_add_int(x, "partition", j);
-        for (int t = 0; t < PS_CALT__COUNT; t++) {
-            ps_json_add_number(x, term[t], f->term[t][j]);
-            ps_json_add_number(sd, term[t], f->term_sd[t][j]);
-        }
-        cJSON_AddItemToObject(x, "standard_error", sd);
-        cJSON_AddItemToArray(p, x);
-    }
-    for (int k = 0; k < PS_CAL_OFFSET; k++) {
-        cJSON *x = cJSON_AddObjectToObject(o, par[k]);
-        ps_json_add_number(x, "value", f->fitted[k] ? f->value[k] : NAN);
-        ps_json_add_number(x, "standard_error", f->fitted[k] ? f->sd[k] : NAN);
-    }
-    return o;
-}
-
 int ps_cmd_calibrate(struct ps_cli *cli)
 {
     const char *specs[MAX_RUNS], *traces[MAX_RUNS];
@@ -222,7 +186,7 @@ int ps_cmd_calibrate(struct ps_cli *cli)
     if (cli->json) {
         cJSON *root = ps_report_new();
         cJSON *o = cJSON_AddObjectToObject(root, "calibration");
-        cJSON_AddItemToObject(o, "fit", fit_json(f));
+        cJSON_AddItemToObject(o, "fit", ps_calib_fit_json(f));
         ps_json_add_string(o, "fit_loss", loss == PS_CAL_MEAN ? "mean" : "robust");
         ps_json_add_int(o, "cores", p.cores);
         ps_json_add_string(o, "measured", stat == PS_PREDICT_MIN ? "min" : "median");
