@@ -153,10 +153,11 @@ int ps_cmd_simulate(struct ps_cli *cli)
     bool quiet = cli->verbosity < 0 || (cli->json && !strcmp(cli->json, "-"));
     if (!quiet) {
         printf("spec: %s (%s)\n", spec->path, spec->name ? spec->name : "");
-        printf("pipeline: %s%s, m=%d, n=%d stages on %d devices, checkpoint %s, batchnorm %s, "
+        printf("pipeline: %s%s, m=%d, n=%d stages on %d device%s, checkpoint %s, batchnorm %s, "
                "costs %s\n",
                actions ? "hand-written plan " : ps_schedule_name(spec->schedule),
                actions ? actions : "", spec->mb_count, a.g->n, a.g->n_devices,
+               a.g->n_devices == 1 ? "" : "s",
                ps_checkpoint_name(spec->checkpoint), ps_bn_policy_name(spec->batchnorm),
                costs ? (costs_path ? costs_path : spec->costs) : "roofline");
         print_run(spec, &a, whatif ? "simulated (with phony edges):" : "simulated:");
