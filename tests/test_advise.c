@@ -390,6 +390,49 @@ static void test_var_err_closed_form(void **state)
     assert_true(ps_advise_var_err(1, 8, 0.1, 3, &v) < 1e-15);
 }
 
+/* front and recommendation on hand-made points: A fast, big, drifting; B slower, smaller, calm;
+ * C dominated by B; D equal to B (only the first of equals is on the front); E infeasible */
+static void test_front_by_hand(void **state)
+{
+    (void)state;
+    struct ps_advise_point pt[5];
+    memset(pt, 0, sizeof(pt));
+    double thr[5] = {300, 200, 150, 200, 900};
+    int64_t pk[5] = {100, 50, 60, 50, 10};
+    double dr[5] = {0.05, 0.001, 0.002, 0.001, 0};
+    for (int i = 0; i < 5; i++) {
+        pt[i].throughput = thr[i];
+        pt[i].peak_bytes = pk[i];
+        pt[i].drift = dr[i];
+        pt[i].drift_measured = NAN;
+        pt[i].status = i == 4 ? PS_ADV_OVER_CAP : PS_ADV_FEASIBLE;
+    }
+    struct ps_advise a = {.n_points = 5, .points = pt, .objective = PS_ADVISE_THROUGHPUT};
+    assert_int_equal(ps_advise_front(&a), 2);
+    assert_true(pt[0].on_front && pt[1].on_front);
+    assert_false(pt[2].on_front || pt[3].on_front || pt[4].on_front);
+    assert_true(ps_advise_dominates(&pt[1], &pt[2]));
+    assert_false(ps_advise_dominates(&pt[1], &pt[3]) || ps_advise_dominates(&pt[0], &pt[1]));
+    assert_int_equal(ps_advise_recommend(&a), 0); /* the fastest */
+    a.objective = PS_ADVISE_BALANCED;
+    assert_int_equal(ps_advise_recommend(&a), 1); /* A drifts 5% > 1%: the fastest calm one */
+    /* nothing calm: B and D drift 3%, C 2% (now on the front: it drifts less than B) */
+    pt[1].drift = pt[3].drift = 0.03;
+    pt[2].drift = 0.02;
+    assert_int_equal(ps_advise_front(&a), 3);
+    assert_true(pt[2].on_front && !pt[3].on_front);
+    assert_int_equal(ps_advise_recommend(&a), 2); /* the least drift */
+    /* drift not predicted: two objectives only, so C (slower and bigger than B) stays dominated */
+    for (int i = 0; i < 5; i++) pt[i].drift = NAN;
+    assert_int_equal(ps_advise_front(&a), 2);
+    assert_false(pt[2].on_front);
+    a.spec_throughput = 100;
+    a.spec_peak = 200;
+    char line[256];
+    ps_advise_sentence(&a, &pt[0], line, sizeof(line));
+    assert_non_null(strstr(line, "3.00x the throughput of your spec, 50% of its memory"));
+}
+
 static struct ps_spec *load_example(const char *name)
 {
     const char *root = getenv("PS_SOURCE_ROOT");
@@ -459,6 +502,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_var_err_closed_form),
+        cmocka_unit_test(test_front_by_hand),
         cmocka_unit_test(test_brute_force),
         cmocka_unit_test(test_seed1_front_and_drift),
     };
