@@ -112,6 +112,17 @@ static double layer_roof(const struct ps_graph *g, int l, bool bwd)
     return a > b ? a : b;
 }
 
+/* layer l's share of its partition p's roofline time (forward or backward), equal shares when
+   the roofline gives the partition no time: how a partition's fitted time is split among its
+   layers */
+static double roof_share(const struct ps_graph *g, const struct ps_partition_info *p, int l,
+                         bool bwd)
+{
+    double sum = 0;
+    for (int k = p->first; k < p->first + p->count; k++) sum += layer_roof(g, k, bwd);
+    return sum > 0 ? layer_roof(g, l, bwd) / sum : 1.0 / p->count;
+}
+
 /* Rows for the host-bound starts of one run: K_v by the simulator's issue rule with h = 1, E = end
  * of each node (its record's, or for a node without one the latest end among its dependencies);
  * a start is host-bound when it lies after the end of every dependency and of the previous node
@@ -342,12 +353,8 @@ int ps_calibrate(const struct ps_graph *g, const struct ps_order *order,
     if (!c->layers) goto nomem;
     for (int j = 0; j < np_; j++) {
         const struct ps_partition_info *p = &g->model->parts[j];
-        double sf = 0, sb = 0;
-        for (int l = p->first; l < p->first + p->count; l++)
-            sf += layer_roof(g, l, false), sb += layer_roof(g, l, true);
         for (int l = p->first; l < p->first + p->count; l++) {
-            double shf = sf > 0 ? layer_roof(g, l, false) / sf : 1.0 / p->count;
-            double shb = sb > 0 ? layer_roof(g, l, true) / sb : 1.0 / p->count;
+            double shf = roof_share(g, p, l, false), shb = roof_share(g, p, l, true);
             /* not identifiable: the roofline's per-sample time */
             double f = isfinite(out->part_fwd_us[j]) ? out->part_fwd_us[j] * shf
                                                      : layer_roof(g, l, false) * 1e6;
@@ -615,12 +622,8 @@ int ps_calibrate_runs(const struct ps_calib_run *runs, int n, enum ps_calib_loss
     if (!c->layers) goto nomem;
     for (int j = 0; j < np_; j++) {
         const struct ps_partition_info *p = &g0->model->parts[j];
-        double sf = 0, sb = 0;
-        for (int l = p->first; l < p->first + p->count; l++)
-            sf += layer_roof(g0, l, false), sb += layer_roof(g0, l, true);
         for (int l = p->first; l < p->first + p->count; l++) {
-            double shf = sf > 0 ? layer_roof(g0, l, false) / sf : 1.0 / p->count;
-            double shb = sb > 0 ? layer_roof(g0, l, true) / sb : 1.0 / p->count;
+            double shf = roof_share(g0, p, l, false), shb = roof_share(g0, p, l, true);
             double fb = out->term[PS_CALT_FWD_SAMPLE][j], bb = out->term[PS_CALT_BWD_SAMPLE][j];
             double fa = out->term[PS_CALT_FWD_FIXED][j], ba = out->term[PS_CALT_BWD_FIXED][j];
             struct ps_cost_layer *L = &c->layers[l];
