@@ -11,6 +11,7 @@
  *   - no front point is dominated by any feasible point, every feasible point off the front is
  *     dominated or equalled by one on it, and the pruning bounds hold at every simulated point
  *     (seed 1 and the 7-layer spec);
+ *   - the same search twice gives byte-identical JSON;
  *   - the drift closed form on hand-worked numbers, and the predicted drift against `drift`'s
  *     measured var_err on seed 1 (3 training steps, chunks 2 and 8, three policies) within
  *     |predicted - measured| <= 0.05 measured + 0.001 (the bound README.md states).
@@ -34,6 +35,7 @@
 #include "src/schedule.h"
 #include "src/spec.h"
 #include "src/study/study.h"
+#include "viz/report.h"
 
 #define L7 7
 static const char *const layers7 =
@@ -457,6 +459,21 @@ static void test_seed1_front_and_drift(void **state)
     check_front(&a);
     check_front(&b);
     assert_true(a.drift_predicted);
+    /* determinism: the same search twice gives byte-identical JSON */
+    {
+        struct ps_advise a2;
+        search(spec, model, 0, false, &a2);
+        cJSON *j1 = ps_advise_json(&a), *j2 = ps_advise_json(&a2);
+        char *t1 = cJSON_PrintUnformatted(j1), *t2 = cJSON_PrintUnformatted(j2);
+        assert_non_null(t1);
+        assert_non_null(t2);
+        assert_string_equal(t1, t2);
+        free(t1);
+        free(t2);
+        cJSON_Delete(j1);
+        cJSON_Delete(j2);
+        ps_advise_finish(&a2);
+    }
     /* the same front objectives pruned and unpruned */
     for (int i = 0; i < a.n_points; i++) {
         if (!a.points[i].on_front) continue;
