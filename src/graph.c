@@ -322,3 +322,9 @@ void ps_node_set_optim_cost(struct ps_node *nd, const struct ps_model *model, in
     nd->flops = 2.0 * params;
     nd->bytes = 12.0 * params;
 }
+
+void ps_node_set_forward_work(struct ps_node *nd, const struct ps_partition_info *p, double bs)
+{
+    nd->flops = p->fwd_flops * bs;
+    nd->bytes = p->fwd_bytes * bs + p->fwd_param_bytes;
+}

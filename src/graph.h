@@ -192,4 +192,8 @@ void ps_node_set_optim_cost(struct ps_node *nd, const struct ps_model *model, in
  * stream), then re-finalizes. Returns 0 or -ENOMEM. */
 int ps_graph_add_stream_order(struct ps_graph *g, const struct ps_order *order);
 
+/* The work of one forward (or recompute) of partition p on a micro-batch of bs samples: its FLOPs
+ * and memory traffic, the weights read once per call. */
+void ps_node_set_forward_work(struct ps_node *nd, const struct ps_partition_info *p, double bs);
+
 #endif

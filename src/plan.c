@@ -346,8 +346,7 @@ int ps_plan_build(const struct ps_spec *spec, const struct ps_model *model,
                 g->fwd[c] = f;
                 g->nodes[f].checkpointed = ck;
                 if (pi) {
-                    g->nodes[f].flops = pi->fwd_flops * bs;
-                    g->nodes[f].bytes = pi->fwd_bytes * bs + pi->fwd_param_bytes;
+                    ps_node_set_forward_work(&g->nodes[f], pi, bs);
                     g->nodes[f].act_bytes = ck ? pi->in_numel * 4 * (int64_t)bs
                                                : pi->saved_bytes * (int64_t)bs;
                 }
@@ -366,8 +365,7 @@ int ps_plan_build(const struct ps_spec *spec, const struct ps_model *model,
                                       comp, -1, t);
                     g->rec[c] = r;
                     if (pi) {
-                        g->nodes[r].flops = pi->fwd_flops * bs;
-                        g->nodes[r].bytes = pi->fwd_bytes * bs + pi->fwd_param_bytes;
+                        ps_node_set_forward_work(&g->nodes[r], pi, bs);
                         g->nodes[r].act_bytes = pi->saved_bytes * (int64_t)bs;
                     }
                 }

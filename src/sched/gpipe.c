@@ -82,9 +82,7 @@ static void set_costs(struct builder *b, uint32_t v, int i, int j)
     struct ps_node *nd = &g->nodes[v];
     if (!g->model) return;
     const struct ps_partition_info *p = &g->model->parts[j];
-    double bs = (double)b->mb_size[i];
-    nd->flops = p->fwd_flops * bs;
-    nd->bytes = p->fwd_bytes * bs + p->fwd_param_bytes; /* weights read once per micro-batch */
+    ps_node_set_forward_work(nd, p, (double)b->mb_size[i]);
 }
 
 static int build(const struct ps_spec *spec, const struct ps_model *model,
