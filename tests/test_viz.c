@@ -817,6 +817,17 @@ static void test_lines_units_legend(void **state)
     assert_non_null(strstr(a, ">makespan (s)</text>"));
     assert_non_null(strstr(a, ">2.5</text>"));
     free(a);
+    /* two series with the same points (drift's var_gap does not depend on the BN policy): the
+       second is drawn exactly over the first, so its legend says so; a third that differs in one
+       point does not */
+    double ya[3] = {1, 2, 3}, yb[3] = {1, 2, 3}, yc[3] = {1, 2, 3.5};
+    struct ps_plot_series sc[3] = {{"plain", ya}, {"deferred", yb}, {"grad-only", yc}};
+    struct ps_line_plot pc = {.n = 3, .x = x3, .n_series = 3, .series = sc};
+    assert_int_equal(ps_plot_lines_file(&pc, tmp("l8.svg"), &d), 0);
+    a = fx_slurp(tmp("l8.svg"), NULL);
+    assert_non_null(strstr(a, ">deferred (= plain: the lines coincide)</text>"));
+    assert_non_null(strstr(a, ">grad-only</text>"));
+    free(a);
 }
 
 /* ---- atomic files ---------------------------------------------------------------------- */

@@ -562,13 +562,39 @@ static double plot_unit(enum ps_plot_unit u, double top, const char **name)
     return div;
 }
 
+/* the series before s whose every point equals s's (one line hides the other), or -1 */
+static int same_as(const struct ps_line_plot *p, uint32_t s)
+{
+    for (uint32_t t = 0; t < s; t++) {
+        bool same = true;
+        for (uint32_t i = 0; i < p->n && same; i++) {
+            double a = p->series[s].y[i], b = p->series[t].y[i];
+            same = (isnan(a) && isnan(b)) || a == b;
+        }
+        if (same) return (int)t;
+    }
+    return -1;
+}
+
+/* a series' legend text: its name, and the earlier series it coincides with, if any */
+static const char *legend_name(const struct ps_line_plot *p, uint32_t s, char *buf, size_t len)
+{
+    const char *name = p->series[s].name ? p->series[s].name : "";
+    int t = same_as(p, s);
+    if (t < 0) return name;
+    snprintf(buf, len, "%s (= %s: the lines coincide)", name,
+             p->series[t].name ? p->series[t].name : "");
+    return buf;
+}
+
 int ps_plot_lines(const struct ps_line_plot *p, FILE *f, struct ps_diag *diag)
 {
     char buf[128];
     /* legend as wide as its longest name, and tall enough for every series */
     size_t longest = 0;
+    char lname[512];
     for (uint32_t s = 0; s < p->n_series; s++) {
-        size_t n = p->series[s].name ? strlen(p->series[s].name) : 0;
+        size_t n = strlen(legend_name(p, s, lname, sizeof(lname)));
         if (n > longest) longest = n;
     }
     double W = p->width > 0 ? p->width : 720, H = p->height > 0 ? p->height : 440;
@@ -766,7 +792,7 @@ int ps_plot_lines(const struct ps_line_plot *p, FILE *f, struct ps_diag *diag)
                 n2(lx), n2(ly), n2(lx + 24), n2(ly), color, series_dash(s));
         marker(f, (int)s, lx + 12, ly, color);
         text(f, lx + 30, ly + 4, "start", 11, "#000000", NULL,
-             p->series[s].name ? p->series[s].name : "");
+             legend_name(p, s, lname, sizeof(lname)));
     }
     fputs("</g>\n</svg>\n", f);
 #undef PX
