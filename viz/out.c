@@ -2,14 +2,14 @@
  *
  * Files (ps_out_open / ps_out_commit / ps_out_abort, ps_out_write):
  *
- *     PATH            regular or absent: .NAME.tmp.XXXXXX created beside it (O_CREAT|O_EXCL|
+ *     PATH            regular or absent: .NAME.tmp.RANDOM created beside it (O_CREAT|O_EXCL|
  *                     O_NOFOLLOW, relative to the folder's descriptor), renamed over NAME on commit
  *     PATH -> TARGET  a symbolic link: the same for TARGET, so the link stays a link
  *     char device, FIFO, "-" (stdout): written straight through, no temporary file, no rename
  *     folder, block device, dangling link: refused
  *
  * Folders (ps_out_folder, for -o DIR and --save-state DIR): DIR's files are written into a
- * temporary twin .DIR.tmp.XXXXXX (mkdtemp-like, beside DIR) that holds pipescope's marker file
+ * temporary twin .DIR.tmp.RANDOM (mkdtemp-like, beside DIR) that holds pipescope's marker file
  * MARKER; on success the twin is swapped in with one renameat2(RENAME_EXCHANGE) when DIR exists
  * (so DIR exists at every instant) and the old DIR is removed, or renamed into place when it
  * does not. DIR may be absent, empty, or a folder holding MARKER; anything else (a file, a link,
@@ -181,7 +181,7 @@ static char *parent_of(const char *path, const char **base)
     return strndup(path, (size_t)(slash - path));
 }
 
-/* ".NAME.tmp.XXXXXX" with NAME cut to fit NAME_MAX, random suffix */
+/* ".NAME.tmp.RANDOM" (RANDOM: 6 random characters), NAME cut to fit NAME_MAX */
 static void temp_name(const char *base, char out[NAME_MAX + 1])
 {
     static const char digits[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";

@@ -35,7 +35,7 @@
 
 /* ---- atomic output files (out.c) ------------------------------------------------------- */
 
-/* An output file being written (out.c has the rules). ps_out_open creates .NAME.tmp.XXXXXX
+/* An output file being written (out.c has the rules). ps_out_open creates .NAME.tmp.RANDOM
  * beside PATH (or beside a link's target), or writes straight through to stdout ("-" or NULL),
  * a character device or a FIFO; ps_out_commit flushes, optionally fsyncs, closes (each checked)
  * and renames it over PATH; ps_out_abort closes and removes it, leaving any old PATH untouched.
