@@ -66,6 +66,29 @@ for r in d["schedules"]:
     assert r["devices"] >= 1 and r["makespan_us"] > 0 and 0 <= r["bubble_fraction"] < 1, r
     assert r["peak_bytes"] > 0 and r["chunks"] == d["spec"]["pipeline"]["chunks"], r
 PY
+# the simulator's accuracy is held out (issue 16 point 4): the CPU run and runs at other chunk
+# counts, each predicted by a fit to the others; every figure consistent with its run
+"$py" - "$tmp/report/report.json" <<'PY' || fail "report.json's held_out section"
+import json, sys
+d = json.load(open(sys.argv[1]))
+h = d["held_out"]
+assert h["held_out"] == "leave_one_out", h
+runs = h["runs"]
+chunks = [r["chunks"] for r in runs]
+assert len(runs) >= 2 and len(set(chunks)) == len(runs), chunks
+assert chunks[0] == d["spec"]["pipeline"]["chunks"], chunks
+assert h["fit"]["runs"] == len(runs), h["fit"]
+errs = []
+for r in runs:
+    assert r["role"] == "held_out", r
+    p, m = r["predicted_makespan_us"], r["measured_makespan_us"]
+    assert p > 0 and m > 0, r
+    assert abs(r["makespan_error"] - (m - p) / m) < 1e-9, r
+    errs.append(abs(r["makespan_error"]))
+assert abs(h["max_held_out_makespan_error"] - max(errs)) < 1e-9, h
+PY
+grep -q 'held out: predicted by a fit to the other configurations' "$tmp/dom.html" ||
+    fail "the page has no held-out table"
 for f in graph.svg timeline.svg timeline-simulated.svg; do
     grep -q "src=\"$f\"" "$tmp/dom.html" || fail "no <img> for $f"
     [ -s "$tmp/report/$f" ] || fail "$f is missing or empty"

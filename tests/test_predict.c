@@ -368,6 +368,107 @@ static void test_holdout_exact(void **state)
     }
 }
 
+/* Leave-one-out in memory (diagnose's check): one spec, configurations chunks 2, 4 and 8 (micro-
+ * batches of 4, 2 and 1 samples), each timed on one core with the true costs, except chunks 8,
+ * whose tasks all take 1.25x the truth. Folds chunks 2 and 4 fit on a set that includes the
+ * slowed run, fold chunks 8 on the two exact ones: its prediction is the true makespan, so its
+ * error is exactly (1.25 m - m) / 1.25 m = 0.2 (a fold that saw its own trace would absorb part
+ * of it); the other two are off in the directions the slowed run pulls the fit. The fit over all runs is the costs. Refused: one
+ * configuration only (two runs with one name). */
+static void test_leave_one_out(void **state)
+{
+    (void)state;
+    struct ps_costs truth, slow;
+    truth_costs(&truth);
+    struct ps_cost_layer SL[3];
+    memcpy(SL, TRUTH_L, sizeof(SL));
+    for (int l = 0; l < 3; l++) {
+        SL[l].forward_us *= 1.25, SL[l].backward_us *= 1.25;
+        SL[l].forward_fixed_us *= 1.25, SL[l].backward_fixed_us *= 1.25;
+    }
+    slow = truth;
+    slow.layers = SL;
+    struct fx f;
+    fx_build(&f, 2, "never", &truth);
+    static const int CH[3] = {2, 4, 8};
+    struct ps_trace tr[3];
+    struct ps_predict_input in[3];
+    double true_ms[3];
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    for (int k = 0; k < 3; k++) {
+        ps_variant_from_spec(f.spec, &in[k].var);
+        assert_int_equal(ps_variant_set_chunks(&in[k].var, f.spec, CH[k], &d), 0);
+        in[k].name = k == 0 ? "c2" : k == 1 ? "c4" : "c8";
+        in[k].meas = &tr[k];
+        struct ps_study_sim sr;
+        memset(&sr, 0, sizeof(sr));
+        assert_int_equal(ps_study_simulate(f.spec, f.model, &in[k].var, NULL, &truth, &sr, &d), 0);
+        struct ps_cores_result r, rt;
+        double *cost = malloc(sr.g->n_nodes * sizeof(double));
+        assert_non_null(cost);
+        assert_int_equal(ps_cost_fill(sr.g, k == 2 ? &slow : &truth, cost, &d), 0);
+        assert_int_equal(ps_sim_cores(sr.g, &sr.order, cost, 1, &r, &d), 0);
+        assert_int_equal(ps_sim_cores(sr.g, &sr.order, sr.cost, 1, &rt, &d), 0);
+        true_ms[k] = rt.makespan_us;
+        tr[k] = r.trace; /* moved */
+        memset(&r.trace, 0, sizeof(r.trace));
+        ps_cores_finish(&r);
+        ps_cores_finish(&rt);
+        free(cost);
+        ps_study_sim_finish(&sr);
+    }
+    struct ps_predict p;
+    assert_int_equal(ps_study_predict_loo(f.spec, f.model, in, 3, PS_CAL_MEAN, 1,
+                                          PS_PREDICT_MEDIAN, &p, &d),
+                     0);
+    assert_true(p.loo);
+    assert_int_equal(p.n_groups, 3);
+    for (int j = 0; j < 3; j++) {
+        assert_true(p.groups[j].holdout);
+        assert_int_equal(p.groups[j].cores, 1);
+        assert_int_equal(p.runs[p.groups[j].first].var.chunks, CH[j]);
+    }
+    /* the slowed configuration: predicted from the exact ones, measured 1.25x */
+    assert_near(p.groups[2].pred_makespan_us, true_ms[2], 1e-3);
+    assert_near(p.groups[2].meas_us, 1.25 * true_ms[2], 1e-3);
+    assert_near(p.groups[2].error, 0.2, 1e-6);
+    /* the others' folds include the slowed run at 1 sample: its slowness goes into the fixed
+       term (too high) and the per-sample term (too low), so chunks 4 (2 samples, between the
+       fitted sizes) is predicted too slow and chunks 2 (4 samples, beyond them) too fast */
+    assert_true(p.groups[1].error < -1e-3);
+    assert_true(p.groups[0].error > 1e-3);
+    assert_true(p.max_holdout_error >= 0.2 - 1e-6);
+    /* the fit over all three runs is the costs file */
+    assert_int_equal(p.fit.n_runs, 3);
+    assert_non_null(p.fit.costs);
+    cJSON *js = ps_predict_json(&p, PS_CAL_MEAN);
+    assert_non_null(js);
+    assert_string_equal(cJSON_GetObjectItem(js, "held_out")->valuestring, "leave_one_out");
+    cJSON *runs = cJSON_GetObjectItem(js, "runs");
+    assert_int_equal(cJSON_GetArraySize(runs), 3);
+    cJSON *r2 = cJSON_GetArrayItem(runs, 2);
+    assert_string_equal(cJSON_GetObjectItem(r2, "role")->valuestring, "held_out");
+    char *txt = cJSON_PrintUnformatted(r2);
+    assert_non_null(txt);
+    assert_non_null(strstr(txt, "\"chunks\":8,\"micro_batch_size\":1,"));
+    free(txt);
+    assert_near(strtod(cJSON_GetObjectItem(r2, "makespan_error")->valuestring, NULL), 0.2, 1e-6);
+    cJSON_Delete(js);
+    ps_study_predict_finish(&p);
+    /* one configuration only */
+    in[1].name = "c2";
+    in[1].var = in[0].var;
+    in[1].meas = &tr[0];
+    assert_int_equal(ps_study_predict_loo(f.spec, f.model, in, 2, PS_CAL_MEAN, 1,
+                                          PS_PREDICT_MEDIAN, &p, &d),
+                     -EINVAL);
+    assert_non_null(strstr(d.msg, "two configurations"));
+    ps_study_predict_finish(&p);
+    for (int k = 0; k < 3; k++) ps_trace_finish(&tr[k]);
+    fx_free(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -375,6 +476,7 @@ int main(void)
         cmocka_unit_test(test_fit_noise_uncertainty),
         cmocka_unit_test(test_cores_by_hand),
         cmocka_unit_test(test_holdout_exact),
+        cmocka_unit_test(test_leave_one_out),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

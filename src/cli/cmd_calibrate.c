@@ -46,32 +46,6 @@ static void print_group(const struct ps_predict *p, const struct ps_predict_grou
     printf("\n");
 }
 
-static cJSON *run_json(const struct ps_predict_run *r)
-{
-    const struct ps_compare *c = &r->cmp;
-    cJSON *o = cJSON_CreateObject();
-    if (!o) return NULL;
-    ps_json_add_string(o, "spec", r->spec_path);
-    ps_json_add_string(o, "trace", r->trace_path);
-    ps_json_add_string(o, "role", r->holdout ? "held_out" : "fitted");
-    ps_json_add_int(o, "chunks", r->base.g->var.chunks);
-    ps_json_add_string(o, "checkpoint", ps_checkpoint_name(r->base.g->var.checkpoint));
-    ps_json_add_number(o, "predicted_makespan_us", c->sim_makespan_us);
-    ps_json_add_number(o, "measured_makespan_us", c->meas_makespan_us);
-    ps_json_add_number(o, "makespan_error", c->makespan_error); /* (measured - predicted) / measured */
-    cJSON *dv = cJSON_AddArrayToObject(o, "devices");
-    for (int d = 0; dv && d < c->n_devices; d++) {
-        cJSON *x = cJSON_CreateObject();
-        ps_json_add_int(x, "device", d);
-        ps_json_add_number(x, "predicted_busy_us", c->dev[d].sim_busy_us);
-        ps_json_add_number(x, "measured_busy_us", c->dev[d].meas_busy_us);
-        ps_json_add_number(x, "predicted_bubble", c->dev[d].sim_bubble);
-        ps_json_add_number(x, "measured_bubble", c->dev[d].meas_bubble);
-        cJSON_AddItemToArray(dv, x);
-    }
-    return o;
-}
-
 int ps_cmd_calibrate(struct ps_cli *cli)
 {
     const char *specs[MAX_RUNS], *traces[MAX_RUNS];
@@ -185,15 +159,7 @@ int ps_cmd_calibrate(struct ps_cli *cli)
     }
     if (cli->json) {
         cJSON *root = ps_report_new();
-        cJSON *o = cJSON_AddObjectToObject(root, "calibration");
-        cJSON_AddItemToObject(o, "fit", ps_calib_fit_json(f));
-        ps_json_add_string(o, "fit_loss", loss == PS_CAL_MEAN ? "mean" : "robust");
-        ps_json_add_int(o, "cores", p.cores);
-        ps_json_add_string(o, "measured", stat == PS_PREDICT_MIN ? "min" : "median");
-        ps_json_add_number(o, "max_held_out_makespan_error", p.max_holdout_error);
-        ps_json_add_number(o, "mean_held_out_makespan_error", p.mean_holdout_error);
-        cJSON *rs = cJSON_AddArrayToObject(o, "runs");
-        for (int k = 0; rs && k < p.n; k++) cJSON_AddItemToArray(rs, run_json(&p.runs[k]));
+        cJSON_AddItemToObject(root, "calibration", ps_predict_json(&p, loss));
         if (ps_report_write(root, cli->json, &d)) code = ps_cli_fail(&d, PS_EXIT_INPUT);
         cJSON_Delete(root);
     }

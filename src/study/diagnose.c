@@ -5,6 +5,9 @@
  *   simulate    the timeline with the spec's (or --costs) costs
  *   execute     CPU run (and CUDA when available), each compared with the simulation; the
  *               costs calibrated to the CPU run and the simulation with them, compared again
+ *               (in-sample: how well the model fits); CPU runs at two other chunk counts and
+ *               each of the three predicted by a fit to the other two (held out: the
+ *               simulator's accuracy on a configuration it has not seen)
  *   drift       BatchNorm drift over chunks, plain vs deferred BN (models with BatchNorm)
  *   adaptation  one forward-only pass: does the configuration adapt BN statistics at all
  *
@@ -162,6 +165,110 @@ void ps_diagnose_advise(struct ps_diagnose *dg)
     dg->have_advise = true;
 }
 
+/* up to two other chunk counts for the held-out check: half and twice the spec's, then a
+   quarter and four times, within 1..batch and trainable (BatchNorm sees more than one value
+   per channel) */
+static int other_chunks(const struct ps_diagnose *dg, int *out)
+{
+    const struct ps_spec *spec = dg->spec;
+    int c = spec->chunks, cand[4] = {c / 2, 2 * c, c / 4, 4 * c}, n = 0;
+    for (int k = 0; k < 4 && n < 2; k++) {
+        char why[192];
+        if (cand[k] < 1 || cand[k] > spec->batch || cand[k] == c || (n && out[0] == cand[k]))
+            continue;
+        if (dg->has_bn && ps_drift_check_chunks(spec, dg->model, cand[k], why, sizeof(why)))
+            continue;
+        out[n++] = cand[k];
+    }
+    return n;
+}
+
+/* The held-out check: CPU runs (as the CPU run: same executor mode and steps) at other chunk
+   counts, then leave-one-out over the three. Never fails: pred_why says why there are no
+   figures. */
+static void held_out(struct ps_diagnose *dg)
+{
+    const struct ps_spec *spec = dg->spec;
+    int ch[2], nc = other_chunks(dg, ch);
+    if (!nc) {
+        snprintf(dg->pred_why, sizeof(dg->pred_why),
+                 "no other chunk count fits the batch of %lld (held-out predictions need runs at "
+                 "two micro-batch sizes at least)",
+                 (long long)spec->batch);
+        return;
+    }
+    int steps = dg->runs[0].res.steps > 0 ? dg->runs[0].res.steps : 1;
+    if (dg->opts.budget_s > 0) {
+        /* a run at other chunks costs about the CPU run (+30% for more micro-batches); leave
+           most of what is left to the drift sweep */
+        double left = dg->opts.budget_s - (now_s() - dg->bud.t0);
+        if (1.3 * nc * dg->cpu_run_s > 0.25 * left) {
+            snprintf(dg->pred_why, sizeof(dg->pred_why),
+                     "skipped to fit the time budget of %.0f s (%d more CPU runs of about %.1f s)",
+                     dg->opts.budget_s, nc, dg->cpu_run_s);
+            char also[32] = "";
+            if (nc > 1) snprintf(also, sizeof(also), " and %d", ch[1]);
+            reduced(dg, "the held-out accuracy check was skipped: pipescope run %s --steps %d "
+                        "--trace T.json with pipeline.chunks %d%s, then pipescope calibrate --run "
+                        "SPEC T.json ... --holdout SPEC T.json",
+                    spec->path, steps, ch[0], also);
+            return;
+        }
+    }
+    begin(dg, "held-out runs");
+    struct ps_predict_input in[3];
+    int n = 0;
+    ps_variant_from_spec(spec, &in[0].var);
+    snprintf(dg->pred_name[0], sizeof(dg->pred_name[0]), "chunks %d", spec->chunks);
+    in[0].name = dg->pred_name[0];
+    in[0].meas = &dg->runs[0].res.trace;
+    n = 1;
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    for (int k = 0; k < nc; k++) {
+        struct ps_variant v;
+        ps_variant_from_spec(spec, &v);
+        struct ps_study_sim sr;
+        memset(&sr, 0, sizeof(sr));
+        int rc = ps_variant_set_chunks(&v, spec, ch[k], &d);
+        if (!rc) rc = ps_study_simulate(spec, dg->model, &v, NULL, NULL, &sr, &d);
+        if (!rc) {
+            struct ps_exec_opts eo;
+            ps_exec_opts_init(&eo);
+            eo.backend = PS_BACKEND_CPU;
+            eo.steps = steps;
+            rc = ps_exec_run(sr.g, &sr.order, &eo, &dg->extra[dg->n_extra], &d);
+        }
+        ps_study_sim_finish(&sr);
+        if (rc) {
+            ps_diag_format(&d, dg->pred_why, sizeof(dg->pred_why));
+            warn(dg, "the CPU run at chunks %d (held-out check) failed: %s", ch[k], dg->pred_why);
+            ps_diag_clear(&d);
+            continue;
+        }
+        int e = dg->n_extra++;
+        dg->extra_chunks[e] = ch[k];
+        snprintf(dg->pred_name[n], sizeof(dg->pred_name[n]), "chunks %d", ch[k]);
+        in[n] = (struct ps_predict_input){dg->pred_name[n], v, &dg->extra[e].trace};
+        n++;
+    }
+    end(dg, "done");
+    if (n < 2) {
+        if (!dg->pred_why[0])
+            snprintf(dg->pred_why, sizeof(dg->pred_why), "no run at another chunk count");
+        return;
+    }
+    /* diagnose's CPU runs are serial (one task at a time, in the order's sequence): devices
+       as threads on one core (sim/cores.h) is that run's timing model exactly */
+    if (ps_study_predict_loo(spec, dg->model, in, n, PS_CAL_ROBUST, 1, PS_PREDICT_MEDIAN,
+                             &dg->pred, &d)) {
+        ps_diag_format(&d, dg->pred_why, sizeof(dg->pred_why));
+        ps_study_predict_finish(&dg->pred);
+        return;
+    }
+    dg->have_pred = true;
+}
+
 void ps_diagnose_execute(struct ps_diagnose *dg)
 {
     const struct ps_spec *spec = dg->spec;
@@ -203,6 +310,7 @@ void ps_diagnose_execute(struct ps_diagnose *dg)
                             dg->run_steps, est_step, spec->path, dg->run_steps);
             }
             end(dg, rrc && dg->bud.stopped ? "stopped (over the budget)" : "done");
+            dg->cpu_run_s = now_s() - dg->bud.phase_t0;
             if (rrc && dg->bud.stopped) {
                 snprintf(r->why, sizeof(r->why),
                          "skipped: one training step would take roughly %.0f s on this CPU "
@@ -232,6 +340,8 @@ void ps_diagnose_execute(struct ps_diagnose *dg)
         dg->have_cal = ps_study_calibrate(dg->spec, dg->model, &dg->sim, &cpu->res.trace, true,
                                           &dg->cal, &dg->sim_cal, &dg->cmp_cal, &cd) == 0;
     }
+    if (cpu->ok) held_out(dg);
+    else snprintf(dg->pred_why, sizeof(dg->pred_why), "the CPU run did not happen");
 }
 
 void ps_diagnose_drift(struct ps_diagnose *dg)
@@ -388,6 +498,8 @@ void ps_diagnose_finish(struct ps_diagnose *dg)
     ps_drift_finish(&dg->dr);
     ps_compare_finish(&dg->cmp_cal);
     ps_study_sim_finish(&dg->sim_cal);
+    ps_study_predict_finish(&dg->pred);
+    for (int k = 0; k < dg->n_extra; k++) ps_exec_result_finish(&dg->extra[k]);
     ps_calib_finish(&dg->cal);
     for (int b = 0; b < 2; b++) {
         ps_compare_finish(&dg->runs[b].cmp);

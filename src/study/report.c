@@ -52,6 +52,25 @@ static const struct ps_drift_run *drift_find(const struct ps_drift *dr, int chun
 }
 
 /* the run the pictures and the comparison section use: CUDA when it ran, else the CPU */
+/* "; held out (each chunk count predicted by a fit to the others): chunks 4 +1.2%, ..." or
+   why there are no held-out figures: the simulator's accuracy, never the in-sample fit */
+static void held_out_words(const struct ps_diagnose *dg, char *buf, size_t len)
+{
+    const struct ps_predict *p = &dg->pred;
+    if (!dg->have_pred) {
+        snprintf(buf, len, "; no held-out accuracy: %.200s", dg->pred_why);
+        return;
+    }
+    size_t o = (size_t)snprintf(buf, len, "; held out (each chunk count predicted by costs "
+                                          "fitted to the others), makespan (predicted - "
+                                          "measured) / measured:");
+    for (int j = 0; j < p->n_groups && o < len; j++) {
+        const struct ps_predict_group *gr = &p->groups[j];
+        o += (size_t)snprintf(buf + o, len - o, "%s %s %+.1f%%", j ? "," : "",
+                              p->runs[gr->first].spec_path, -100 * gr->error);
+    }
+}
+
 static const struct ps_diagnose_run *best_run(const struct ps_diagnose *dg)
 {
     return dg->runs[1].have_cmp ? &dg->runs[1] : dg->runs[0].have_cmp ? &dg->runs[0] : NULL;
@@ -149,8 +168,6 @@ static void page_findings(struct ps_diagnose *dg, struct ps_html *h)
     bool whatif = dg->nophony.ran;
     const struct ps_study_sim *sr = &dg->sim;
     const struct ps_diagnose_run *runs = dg->runs;
-    const struct ps_compare *ccal = &dg->cmp_cal;
-    bool have_cal = dg->have_cal;
     bool have_drift = dg->have_drift;
     const struct ps_drift *dr = &dg->dr;
     char b1[64], b2[64];
@@ -194,17 +211,7 @@ static void page_findings(struct ps_diagnose *dg, struct ps_html *h)
            launch; name it so the two numbers never look like one quantity with two values */
         if (!target_cpu || fabs(c->makespan_error) > 0.5) {
             char cb[320] = "";
-            if (have_cal) {
-                /* honest: the makespan AND the per-task errors, and say when a fit made one worse */
-                bool span_worse = fabs(ccal->makespan_error) > fabs(c->makespan_error);
-                bool p95_worse = ccal->dur_rel.p95 > c->dur_rel.p95;
-                snprintf(cb, sizeof(cb),
-                         "; costs calibrated to this run (costs-cpu.json): span error %+.1f%% -> "
-                         "%+.1f%%%s, p95 task duration error %.0f%% -> %.0f%%%s",
-                         100 * c->makespan_error, 100 * ccal->makespan_error,
-                         span_worse ? " (worse)" : "", 100 * c->dur_rel.p95,
-                         100 * ccal->dur_rel.p95, p95_worse ? " (worse)" : "");
-            }
+            held_out_words(dg, cb, sizeof(cb));
             finding(dg, h, "task span simulated %s, measured on CPU %s: %s%s",
                     ps_viz_time(c->sim_makespan_us, b1, sizeof(b1)),
                     ps_viz_time(c->meas_makespan_us, b2, sizeof(b2)),
@@ -216,6 +223,12 @@ static void page_findings(struct ps_diagnose *dg, struct ps_html *h)
             finding(dg, h, "task span simulated %s, measured on CPU %s (error %+.1f%%)",
                     ps_viz_time(c->sim_makespan_us, b1, sizeof(b1)),
                     ps_viz_time(c->meas_makespan_us, b2, sizeof(b2)), 100 * c->makespan_error);
+        }
+        if (dg->have_pred && target_cpu && fabs(c->makespan_error) <= 0.5) {
+            char cb[320];
+            held_out_words(dg, cb, sizeof(cb));
+            finding(dg, h, "the simulator's accuracy on CPU configurations it was not fitted to%s",
+                    cb);
         }
         finding(dg, h,
                 "measured order matches the simulation up to %llu inversion%s of %llu pairs; the "
@@ -471,6 +484,55 @@ static void page_advise(const struct ps_diagnose *dg, struct ps_html *h)
                   "the recommendation and the cap");
 }
 
+/* the held-out table: each CPU configuration predicted by costs fitted to the others */
+static void page_held_out(const struct ps_diagnose *dg, struct ps_html *h)
+{
+    const struct ps_predict *p = &dg->pred;
+    if (!dg->runs[0].ok) return;
+    if (!dg->have_pred) {
+        ps_html_para(h, "Simulator accuracy on configurations it was not fitted to: not measured "
+                        "(%s).", dg->pred_why);
+        return;
+    }
+    ps_html_para(h,
+                 "Simulator accuracy on configurations it was not fitted to: the CPU run and "
+                 "CPU runs at other chunk counts (%d step%s each, the last step compared), each "
+                 "predicted by costs fitted to the other runs only (fixed + per-sample terms "
+                 "per partition, sim/calibrate.h) and simulated as the CPU executor ran them "
+                 "(cores: N = devices as threads on N cores, sim/cores.h; the serial run is "
+                 "one core). Held-out makespan error: mean %.1f%%, max %.1f%%.",
+                 dg->runs[0].res.steps, dg->runs[0].res.steps == 1 ? "" : "s",
+                 100 * p->mean_holdout_error, 100 * p->max_holdout_error);
+    const char *head[] = {"configuration", "micro-batch", "predicted", "measured",
+                          "error (pred - meas) / meas", "bubble predicted / measured",
+                          "busy per device predicted / measured", "cores"};
+    ps_html_table(h, "held out: predicted by a fit to the other configurations", 8, head);
+    for (int j = 0; j < p->n_groups; j++) {
+        const struct ps_predict_group *gr = &p->groups[j];
+        const struct ps_predict_run *r = &p->runs[gr->first];
+        char c[8][160];
+        const char *cells[8];
+        for (int k = 0; k < 8; k++) cells[k] = c[k];
+        snprintf(c[0], sizeof(c[0]), "%s", r->spec_path);
+        snprintf(c[1], sizeof(c[1]), "%lld", (long long)ps_variant_mb_size(&r->var, 0));
+        ps_viz_time(gr->pred_makespan_us, c[2], sizeof(c[2]));
+        ps_viz_time(gr->meas_us, c[3], sizeof(c[3]));
+        snprintf(c[4], sizeof(c[4]), "%+.1f%%", -100 * gr->error);
+        snprintf(c[5], sizeof(c[5]), "%.1f%% / %.1f%%", 100 * gr->pred_bubble,
+                 100 * gr->meas_bubble);
+        size_t o = 0;
+        c[6][0] = 0;
+        for (int d = 0; d < gr->n_devices && o < sizeof(c[6]); d++) {
+            char a[32], b[32];
+            o += (size_t)snprintf(c[6] + o, sizeof(c[6]) - o, "%s%s / %s", d ? ", " : "",
+                                  ps_viz_time(gr->pred_busy_us[d], a, sizeof(a)),
+                                  ps_viz_time(gr->meas_busy_us[d], b, sizeof(b)));
+        }
+        snprintf(c[7], sizeof(c[7]), "%d", gr->cores);
+        ps_html_row(h, cells);
+    }
+}
+
 static void page_comparison(const struct ps_diagnose *dg, struct ps_html *h)
 {
     const struct ps_graph *g = dg->g;
@@ -542,7 +604,10 @@ static void page_comparison(const struct ps_diagnose *dg, struct ps_html *h)
             bool med_worse = ccal->dur_rel.median > c->dur_rel.median;
             bool p95_worse = ccal->dur_rel.p95 > c->dur_rel.p95;
             ps_html_para(h,
-                         "calibrated to this run (costs-cpu.json, %u observations, rank %u of %u, "
+                         "In-sample fit (how well per-partition costs describe the run they "
+                         "were fitted to, not the simulator's accuracy: that is the held-out "
+                         "table below): calibrated to this run (costs-cpu.json, %u "
+                         "observations, rank %u of %u, "
                          "launch overhead %s): task span error %+.1f%% -> %+.1f%%%s; task "
                          "duration error median %s -> %s%s, p95 %s -> %s%s.%s",
                          cal->n_obs, cal->rank, cal->n_params,
@@ -562,6 +627,7 @@ static void page_comparison(const struct ps_diagnose *dg, struct ps_html *h)
                              : "");
         }
     }
+    page_held_out(dg, h);
     if (best) {
         ps_html_image(h, "timeline.svg", "measured and simulated timelines",
                       have_cal && best == &runs[0]
@@ -728,6 +794,12 @@ static int write_report(const struct ps_diagnose *dg, struct ps_html *h, const c
         if (cj && have_cal && best == &runs[0])
             cJSON_AddItemToObject(cj, "calibration", ps_calib_json(cal, &runs[0].cmp, ccal));
         ps_json_set(root, "comparison", cj);
+    }
+    if (dg->have_pred) ps_json_set(root, "held_out", ps_predict_json(&dg->pred, PS_CAL_ROBUST));
+    else if (runs[0].ok) {
+        cJSON *x = cJSON_CreateObject();
+        ps_json_add_string(x, "unavailable", dg->pred_why);
+        ps_json_set(root, "held_out", x);
     }
     if (dg->n_sched_rows) {
         cJSON *sw = ps_sweep_json(dg->sched_rows, dg->n_sched_rows);

@@ -97,15 +97,20 @@ void ps_study_whatif_finish(struct ps_whatif *w); /* accepts a zeroed struct */
 /* One measured run: its spec (any chunks, checkpoint mode or schedule of one model), its trace,
  * and, after the fit, its simulation with the fitted costs against the measurement. */
 struct ps_predict_run {
-    const char *spec_path, *trace_path; /* the caller's */
+    const char *spec_path, *trace_path; /* the caller's; spec_path names the configuration (runs
+                                           with one name are repetitions of it), trace_path may
+                                           be NULL (a trace in memory) */
     bool holdout;                       /* predicted, not fitted */
+    bool borrowed;                      /* spec, model and measurement are the caller's */
     struct ps_spec *spec;
     struct ps_model *model;
+    struct ps_variant var;              /* the configuration */
     struct ps_study_sim base;           /* graph and order (roofline costs) */
-    struct ps_trace meas;
+    struct ps_trace meas;               /* loaded from trace_path (not borrowed) */
+    const struct ps_trace *measured;    /* &meas, or the caller's trace */
     struct ps_study_sim pred;           /* with the fitted costs */
     struct ps_cores_result csim;        /* pred's graph on `cores` cores (when cores > 0) */
-    struct ps_compare cmp;              /* pred (or csim) against meas */
+    struct ps_compare cmp;              /* pred (or csim) against the measurement */
 };
 
 /* The runs of one spec (repetitions of one configuration: a shared machine's noise), summed up:
@@ -118,6 +123,7 @@ struct ps_predict_group {
     int first;                          /* index of its first run */
     int n_runs;
     bool holdout;
+    int cores;                          /* how it was simulated (ps_predict.cores) */
     double pred_makespan_us, meas_median_us, meas_min_us, meas_max_us;
     double meas_us;                     /* the median or the minimum (ps_predict_stat) */
     double error;                       /* (meas_us - predicted) / meas_us */
@@ -131,8 +137,12 @@ struct ps_predict {
     struct ps_predict_run *runs;
     int n_groups;                       /* runs grouped by spec path, first appearance order */
     struct ps_predict_group *groups;
-    struct ps_calib_fit fit;            /* over the runs that are not held out */
-    int cores;                          /* 0: the simulator (sim.h); N: sim/cores.h on N cores */
+    struct ps_calib_fit fit;            /* over the runs that are not held out (leave-one-out:
+                                           over every run) */
+    bool loo;                           /* leave-one-out: each group predicted by a fit to the
+                                           others (ps_study_predict_loo) */
+    int cores;                          /* 0: the simulator (sim.h); N: sim/cores.h on N cores
+                                           (leave-one-out: the last fold's; groups say theirs) */
     enum ps_predict_stat stat;
     double fit_error[PS_PREDICT_MAX_DEVICES + 1]; /* auto: mean |makespan error| of the fitted
                                                      runs with 0..D cores (NaN: not tried) */
@@ -150,7 +160,28 @@ struct ps_predict {
 int ps_study_predict(const char *const *spec_paths, const char *const *trace_paths,
                      const bool *holdout, int n, enum ps_calib_loss loss, int cores,
                      enum ps_predict_stat stat, struct ps_predict *out, struct ps_diag *diag);
+
+/* A configuration measured in memory (diagnose): its name (runs with one name are repetitions),
+ * the configuration of the caller's spec and the trace of its run. */
+struct ps_predict_input {
+    const char *name;
+    struct ps_variant var;
+    const struct ps_trace *meas;
+};
+/* Leave-one-out over configurations measured in memory (spec and model the caller's, as the
+ * traces, all outliving out): every configuration is predicted by a fit to all the others
+ * (cores as ps_study_predict, chosen per fold on that fold's fitted runs), so every group is
+ * held out and its error is the simulator's accuracy on a configuration it has not seen;
+ * out->fit is then the fit to every run (the costs to use). Needs two configurations at least.
+ * 0 or a negative errno with diag. */
+int ps_study_predict_loo(const struct ps_spec *spec, const struct ps_model *model,
+                         const struct ps_predict_input *in, int n, enum ps_calib_loss loss,
+                         int cores, enum ps_predict_stat stat, struct ps_predict *out,
+                         struct ps_diag *diag);
 void ps_study_predict_finish(struct ps_predict *p); /* accepts a zeroed struct */
+/* calibrate's and diagnose's JSON of a prediction (viz/REPORT.md, calibration): the fit, how
+ * the runs were simulated, the held-out errors and every run's predicted vs measured figures. */
+cJSON *ps_predict_json(const struct ps_predict *p, enum ps_calib_loss loss);
 
 /* ---- drift.c -------------------------------------------------------------------------------- */
 
@@ -283,6 +314,16 @@ struct ps_diagnose {
     struct ps_calib cal;
     struct ps_study_sim sim_cal;
     struct ps_compare cmp_cal;
+    /* held out: the CPU run and CPU runs at other chunk counts (the same steps), each predicted
+       by a fit to the others (ps_study_predict_loo): the simulator's accuracy */
+    double cpu_run_s;                  /* the CPU run's wall time */
+    int n_extra;
+    int extra_chunks[2];
+    struct ps_exec_result extra[2];
+    char pred_name[3][32];
+    bool have_pred;
+    struct ps_predict pred;
+    char pred_why[600];                /* no held-out figures: why */
     /* drift */
     bool has_bn;
     bool have_drift;
