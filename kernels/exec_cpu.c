@@ -127,6 +127,7 @@ struct exec {
     bool *loss_done;         /* per micro-batch: loss and output gradient computed */
     bool *held_in;           /* per micro-batch: a task holds its slice of the mini-batch */
     double *tmp_mean, *tmp_var; /* BN statistics for the log (max channels; one per worker) */
+    struct ps_cpu_convcache *wpack; /* [L]: conv2d weights packed, invalidated by the SGD step */
     struct timespec t0;      /* start of the step */
 };
 
@@ -363,7 +364,8 @@ static int layer_forward(struct exec *ex, int i, int l, float *y, bool grad, boo
     case PS_OP_CONV2D: {
         struct ps_conv2d_shape s;
         ps_exec_conv_shape(&s, ly, li, n);
-        rc = ps_cpu_conv2d_forward(&s, x, ls->weight, ls->bias, y, ex->d);
+        rc = ps_cpu_conv2d_forward_cached(&s, x, ls->weight, ls->bias, y, &ex->wpack[l],
+                                          ex->d);
         break;
     }
     case PS_OP_MAXPOOL2D: {
@@ -450,7 +452,8 @@ static int layer_backward(struct exec *ex, int i, int l, float *dx)
     case PS_OP_CONV2D: {
         struct ps_conv2d_shape s;
         ps_exec_conv_shape(&s, ly, li, n);
-        rc = ps_cpu_conv2d_backward(&s, x, ls->weight, dy, dx, ls->dweight, ls->dbias, ex->d);
+        rc = ps_cpu_conv2d_backward_cached(&s, x, ls->weight, dy, dx, ls->dweight, ls->dbias,
+                                           &ex->wpack[l], ex->d);
         break;
     }
     case PS_OP_MAXPOOL2D: {
@@ -658,6 +661,8 @@ static void free_buffers(struct exec *ex)
     free(ex->layer_dev);
     free(ex->tmp_mean);
     free(ex->tmp_var);
+    for (int l = 0; ex->wpack && l < ex->L; l++) ps_cpu_convcache_free(&ex->wpack[l]);
+    free(ex->wpack);
 }
 
 static int alloc_buffers(struct exec *ex, const struct ps_data *dt)
@@ -668,6 +673,7 @@ static int alloc_buffers(struct exec *ex, const struct ps_data *dt)
     ex->grad = calloc(na, sizeof(float *));
     ex->saved = calloc(ns, sizeof(struct saved));
     ex->live = calloc(ns, sizeof(bool));
+    ex->wpack = calloc((size_t)L, sizeof(struct ps_cpu_convcache));
     ex->mb_loss = calloc((size_t)m, sizeof(double));
     ex->loss_done = calloc((size_t)m, sizeof(bool));
     ex->held_in = calloc((size_t)m, sizeof(bool));
@@ -676,7 +682,7 @@ static int alloc_buffers(struct exec *ex, const struct ps_data *dt)
     ex->xbatch = malloc((size_t)(ex->batch * dt->in_numel) * sizeof(float));
     if (dt->labels) ex->labels = malloc((size_t)ex->batch * sizeof(int64_t));
     if (dt->rows) ex->rows = malloc((size_t)(ex->batch * dt->out_numel) * sizeof(float));
-    if (!ex->act || !ex->grad || !ex->saved || !ex->live || !ex->mb_loss || !ex->loss_done ||
+    if (!ex->act || !ex->grad || !ex->saved || !ex->live || !ex->wpack || !ex->mb_loss || !ex->loss_done ||
         !ex->held_in ||
         !ex->mb_off || !ex->layer_dev || !ex->xbatch || (dt->labels && !ex->labels) ||
         (dt->rows && !ex->rows))
@@ -1198,6 +1204,7 @@ int ps_exec_run(const struct ps_graph *g, const struct ps_order *order,
         res->loss[s] = loss;
         for (int l = 0; l < ex.L && !o->forward_only; l++) {
             struct ps_layer_state *ls = &res->state.layers[l];
+            ps_cpu_convcache_invalidate(&ex.wpack[l]);
             if (ls->dweight)
                 ps_cpu_sgd_step(ls->weight, ls->dweight, (size_t)ls->n_weight, (float)spec->lr);
             if (ls->dbias)

@@ -327,6 +327,12 @@ static void test_conv2d_vs_direct(void **state)
         {2, 1, 3, 9, 2, 1, 3, 1, 1},   {1, 3, 6, 4, 2, 3, 3, 2, 2},
         /* implicit im2col panels that start and end inside output rows, K over one K block */
         {1, 20, 40, 37, 9, 3, 3, 1, 1}, {2, 30, 20, 23, 5, 3, 3, 1, 1},
+        /* >= 32 channels each way: dconv.c's gathered product (forward, and dx at stride 1) on
+         * AVX-512 machines: whole samples per chunk, row chunks, a partial channel panel,
+         * stride 2, 1x1, padding 0 (dx padded by 2), two K blocks */
+        {2, 33, 14, 13, 40, 3, 3, 1, 1}, {1, 32, 40, 37, 64, 3, 3, 1, 1},
+        {3, 32, 9, 9, 32, 5, 5, 2, 2},   {1, 40, 33, 35, 36, 1, 1, 1, 0},
+        {2, 48, 12, 12, 64, 3, 3, 1, 0},
     };
     for (size_t t = 0; t < sizeof(shapes) / sizeof(shapes[0]); t++) {
         const size_t *v = shapes[t];
@@ -397,6 +403,67 @@ static void test_conv2d_vs_direct(void **state)
         free(x), free(w), free(b), free(dy), free(y), free(dx), free(dw), free(db);
         free(ry), free(rdx), free(rdw), free(rdb), free(ax), free(aw);
     }
+}
+
+/* dconv.c's gathered products (y, dx, dw) give conv.c's im2col bits (the FMA kernel's path), on 1 and 2
+ * threads, with and without a weight cache, and a cache invalidated after the weights change
+ * gives the new weights' bits. Skipped where the CPU lacks AVX-512. */
+static void test_conv2d_gathered_bitwise(void **state)
+{
+    (void)state;
+    if (ps_cpu_gemm_use("avx512") != 0 || ps_cpu_gemm_use("fma") != 0) {
+        ps_cpu_gemm_use(NULL);
+        skip();
+    }
+    static const size_t shapes[][9] = {
+        {2, 33, 14, 13, 40, 3, 3, 1, 1}, {1, 32, 40, 37, 64, 3, 3, 1, 1},
+        {3, 32, 9, 9, 32, 5, 5, 2, 2},   {2, 64, 12, 12, 96, 3, 3, 1, 0},
+        {1, 3, 50, 50, 64, 3, 3, 1, 1},  {5, 36, 3, 3, 33, 3, 3, 1, 2},
+        {1, 32, 70, 70, 32, 3, 3, 2, 1},
+    };
+    for (size_t t = 0; t < sizeof(shapes) / sizeof(shapes[0]); t++) {
+        const size_t *v = shapes[t];
+        struct ps_conv2d_shape s = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]};
+        size_t oh = ps_cpu_conv2d_out_h(&s), ow = ps_cpu_conv2d_out_w(&s);
+        size_t nx = s.n * s.c_in * s.h * s.w, nw = s.c_out * s.c_in * s.kh * s.kw;
+        size_t ny = s.n * s.c_out * oh * ow;
+        float *x = zeros(nx), *w = zeros(nw), *b = zeros(s.c_out), *dy = zeros(ny);
+        float *y[3], *dx[3], *dw[3]; /* dw accumulates: every copy starts from the same values */
+        for (int r = 0; r < 3; r++) {
+            y[r] = zeros(ny), dx[r] = zeros(nx), dw[r] = zeros(nw);
+            fill(dw[r], nw, 90 + (unsigned)t);
+        }
+        fill(x, nx, 50 + (unsigned)t);
+        fill(w, nw, 60 + (unsigned)t);
+        fill(b, s.c_out, 70 + (unsigned)t);
+        fill(dy, ny, 80 + (unsigned)t);
+        struct ps_diag d;
+        ps_diag_clear(&d);
+        struct ps_cpu_convcache cache = {0};
+        for (int pass = 0; pass < 2; pass++) { /* pass 1: the weights changed */
+            assert_int_equal(ps_cpu_gemm_use("fma"), 0);
+            assert_int_equal(ps_cpu_conv2d_forward(&s, x, w, b, y[0], &d), 0);
+            assert_int_equal(ps_cpu_conv2d_backward(&s, x, w, dy, dx[0], dw[0], NULL, &d), 0);
+            assert_int_equal(ps_cpu_gemm_use("avx512"), 0);
+            for (int r = 1; r < 3; r++) {
+                ps_cpu_set_threads(r); /* 1 and 2 threads */
+                struct ps_cpu_convcache *c = r == 2 ? &cache : NULL;
+                assert_int_equal(ps_cpu_conv2d_forward_cached(&s, x, w, b, y[r], c, &d), 0);
+                assert_int_equal(
+                    ps_cpu_conv2d_backward_cached(&s, x, w, dy, dx[r], dw[r], NULL, c, &d), 0);
+                assert_memory_equal(y[0], y[r], ny * sizeof(float));
+                assert_memory_equal(dx[0], dx[r], nx * sizeof(float));
+                assert_memory_equal(dw[0], dw[r], nw * sizeof(float));
+            }
+            ps_cpu_set_threads(0);
+            for (size_t k = 0; k < nw; k++) w[k] *= -0.5f;
+            ps_cpu_convcache_invalidate(&cache);
+        }
+        ps_cpu_convcache_free(&cache);
+        free(x), free(w), free(b), free(dy);
+        for (int r = 0; r < 3; r++) free(y[r]), free(dx[r]), free(dw[r]);
+    }
+    ps_cpu_gemm_use(NULL);
 }
 
 static void test_conv2d_bad_shape(void **state)
@@ -784,7 +851,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T(test_sgemm),           T(test_sgemm_threads_bitwise),
         T(test_sgemm_kernels_bitwise), T(test_sgemm_apacked), T(test_linear),
-        T(test_conv2d),          T(test_conv2d_vs_direct),      T(test_conv2d_bad_shape),
+        T(test_conv2d),          T(test_conv2d_vs_direct),      T(test_conv2d_gathered_bitwise),
+        T(test_conv2d_bad_shape),
         T(test_bn1d_momentum),   T(test_bn1d_cumulative),       T(test_bn2d_momentum),
         T(test_bn2d_cumulative), T(test_bn_no_track),           T(test_bn_deferred_commit),
         T(test_bn_closed_forms), T(test_relu),                  T(test_maxpool2d),

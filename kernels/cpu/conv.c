@@ -16,10 +16,13 @@
  * the K x P matrix (85 MB for 64 channels at 192x192) is never stored or read back from memory.
  * Only the strided dx fallback stores dcol. The weights (the left operand of the forward and dx
  * products) are packed once per call for all samples (ps_cpu_apack).
+ * With the AVX-512 kernel and at least 32 output channels, the forward and the stride-1 dx take
+ * dconv.c's gathered product instead (same bits, no column panels at all).
  * Invariants: buffers are per call (malloc, freed before return); samples are processed in
  * order, so results do not depend on the thread count (the sgemm splits C, never K).
  */
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/dconv.h"
 
 #include "src/diag.h"
 
@@ -193,8 +196,20 @@ static double row_sum(const float *x, size_t count)
 int ps_cpu_conv2d_forward(const struct ps_conv2d_shape *s, const float *x, const float *w,
                           const float *b, float *y, struct ps_diag *d)
 {
+    return ps_cpu_conv2d_forward_cached(s, x, w, b, y, NULL, d);
+}
+
+int ps_cpu_conv2d_forward_cached(const struct ps_conv2d_shape *s, const float *x, const float *w,
+                                 const float *b, float *y, struct ps_cpu_convcache *cache,
+                                 struct ps_diag *d)
+{
     int rc = check_shape(s, d);
     if (rc < 0) return rc;
+    if (ps_cpu_dconv_usable(s->c_out)) {
+        rc = ps_cpu_dconv_forward(s, x, w, b, y, cache);
+        if (rc == -ENOMEM) return ps_diag_set(d, rc, "conv2d", "out of memory");
+        if (rc != -EOVERFLOW) return rc;
+    }
     size_t oh = ps_cpu_conv2d_out_h(s), ow = ps_cpu_conv2d_out_w(s), p = oh * ow;
     size_t k = s->c_in * s->kh * s->kw;
     bool direct = s->kh == 1 && s->kw == 1 && s->stride == 1 && s->padding == 0;
@@ -253,6 +268,13 @@ static int conv_dx(const struct ps_conv2d_shape *s, const float *w, const float 
 int ps_cpu_conv2d_backward(const struct ps_conv2d_shape *s, const float *x, const float *w,
                            const float *dy, float *dx, float *dw, float *db, struct ps_diag *d)
 {
+    return ps_cpu_conv2d_backward_cached(s, x, w, dy, dx, dw, db, NULL, d);
+}
+
+int ps_cpu_conv2d_backward_cached(const struct ps_conv2d_shape *s, const float *x,
+                                  const float *w, const float *dy, float *dx, float *dw,
+                                  float *db, struct ps_cpu_convcache *cache, struct ps_diag *d)
+{
     int rc = check_shape(s, d);
     if (rc < 0) return rc;
     size_t oh = ps_cpu_conv2d_out_h(s), ow = ps_cpu_conv2d_out_w(s), p = oh * ow;
@@ -265,10 +287,19 @@ int ps_cpu_conv2d_backward(const struct ps_conv2d_shape *s, const float *x, cons
         free(bacc);
         return ps_diag_set(d, -ENOMEM, "conv2d", "out of memory for the column matrix");
     }
-    if (dx && fast_dx) rc = conv_dx(s, w, dy, dx);
+    if (dx && fast_dx) {
+        rc = ps_cpu_dconv_usable(s->c_in) ? ps_cpu_dconv_dx(s, w, dy, dx, cache) : -EOVERFLOW;
+        if (rc == -EOVERFLOW) rc = conv_dx(s, w, dy, dx);
+    }
+    bool gathered_dw = false;
+    if (dw && rc == 0 && ps_cpu_dconv_usable(s->c_out)) {
+        rc = ps_cpu_dconv_dw(s, x, dy, dw);
+        gathered_dw = rc == 0;
+        if (rc == -EOVERFLOW) rc = 0;
+    }
     for (size_t n = 0; n < s->n && rc == 0; n++) {
         const float *dyn = dy + n * s->c_out * p;
-        if (dw) {
+        if (dw && !gathered_dw) {
             struct colsrc cs = {s, x + n * in_sz, oh, ow};
             struct ps_cpu_bsource src = {pack_col_t, &cs};
             rc = ps_cpu_sgemm_bsource(false, s->c_out, k, p, 1.0f, dyn, p, &src, 1.0f, dw, k);

@@ -99,6 +99,24 @@ int ps_cpu_conv2d_forward(const struct ps_conv2d_shape *s, const float *x, const
 int ps_cpu_conv2d_backward(const struct ps_conv2d_shape *s, const float *x, const float *w,
                            const float *dy, float *dx, float *dw, float *db, struct ps_diag *d);
 
+/* The weights of one conv2d layer packed for the products (dconv.c), kept from call to call while
+ * they do not change: the executor keeps one per layer and invalidates it after the optimizer step.
+ * Zero-initialise; any call may pass NULL instead (packed per call). */
+struct ps_cpu_convcache {
+    float *fwd, *dx;             /* packed for the forward / input-gradient product */
+    size_t fwd_bytes, dx_bytes;
+    bool fwd_valid, dx_valid;
+};
+void ps_cpu_convcache_invalidate(struct ps_cpu_convcache *c); /* the weights changed */
+void ps_cpu_convcache_free(struct ps_cpu_convcache *c);       /* accepts a zeroed struct */
+/* ps_cpu_conv2d_forward / _backward with a cache (same results, same bits). */
+int ps_cpu_conv2d_forward_cached(const struct ps_conv2d_shape *s, const float *x, const float *w,
+                                 const float *b, float *y, struct ps_cpu_convcache *cache,
+                                 struct ps_diag *d);
+int ps_cpu_conv2d_backward_cached(const struct ps_conv2d_shape *s, const float *x,
+                                  const float *w, const float *dy, float *dx, float *dw,
+                                  float *db, struct ps_cpu_convcache *cache, struct ps_diag *d);
+
 /* ---- maxpool2d (pool.c): ceil_mode false, padding counts as -inf -------------------------- */
 
 struct ps_pool2d_shape {

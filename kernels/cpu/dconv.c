@@ -1,0 +1,626 @@
+/* dconv: conv2d's forward and input gradient as a gathered product, without a column matrix.
+ *
+ * The product is turned around compared with conv.c's im2col: output POSITIONS are the rows of
+ * the register tile (one broadcast each) and output CHANNELS its columns (two 16-float AVX-512
+ * vectors, 32 channels):
+ *     y[n, o, q] = sum_p  B[p, o] * img(n, q, p)        p = (c, i, j) in c_in x kh x kw
+ * B[p, o] = w[o, p] is the weight transposed, packed once into 32-channel panels (and kept by the
+ * caller's struct ps_cpu_convcache until the weights change). img(n, q, p) is read straight from a
+ * zero-padded copy of a few input rows (the chunk's scratch, a few hundred KB that stay in the
+ * L2 cache): position q's window starts at qin[q], tap p sits poff[p] floats further, so a tile
+ * needs no packing at all; conv.c's implicit im2col writes 9 floats per input float for a 3x3
+ * kernel and that packing cost as much as a third of the product on 64-channel layers.
+ *
+ * The input gradient of a stride-1 convolution is itself a convolution (conv.c, conv_dx): of dy,
+ * padded by k-1-padding, with the weight transposed in channels and flipped in space; its B is
+ * packed straight from w.
+ *
+ * Invariants:
+ *  1. Same bits as conv.c's path on the same machine: per output element, the products over p
+ *     run in K blocks of KC = 256 in the same order, each block a chain of fused multiply-adds
+ *     from +0, and the element is 0 + block_0, then + block_1, ... (the sgemm's beta = 0 then
+ *     c + 1 * acc); the bias is added last. fma(x, w, acc) == fma(w, x, acc) exactly.
+ *  2. Used only with the AVX-512 kernel selected (ps_cpu_gemm_kernel) and at least 32 output
+ *     channels; everything else keeps conv.c's path.
+ *  3. Threads (ps_cpu_threads) take disjoint chunks of positions; every output element is
+ *     computed by one thread with the same operations, so results do not depend on the count.
+ *  4. Buffers are per call except the packed weights, which the caller's cache owns.
+ */
+#include "kernels/cpu/dconv.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__OPTIMIZE__)
+#include <immintrin.h>
+#define HAVE_DCONV 1
+#define AVX512_TARGET __attribute__((target("avx512f,avx2,fma")))
+#else
+#define HAVE_DCONV 0
+#endif
+
+enum { TQ = 8, TO = 32, KC = 256, CHUNK_Q = 1024, MAX_THREADS = 16 };
+#define PAR_MIN_WORK ((size_t)1 << 21)
+
+static size_t round_up(size_t x, size_t m)
+{
+    return (x + m - 1) / m * m;
+}
+
+void ps_cpu_convcache_invalidate(struct ps_cpu_convcache *c)
+{
+    if (!c) return;
+    c->fwd_valid = c->dx_valid = false;
+}
+
+void ps_cpu_convcache_free(struct ps_cpu_convcache *c)
+{
+    if (!c) return;
+    free(c->fwd);
+    free(c->dx);
+    memset(c, 0, sizeof(*c));
+}
+
+bool ps_cpu_dconv_usable(size_t n_out)
+{
+#if HAVE_DCONV
+    return n_out >= TO && strcmp(ps_cpu_gemm_kernel(), "avx512") == 0;
+#else
+    (void)n_out;
+    return false;
+#endif
+}
+
+/* B for the forward product: panel s, row p, lane j = w[s*TO + j, p] (0 past c_out). */
+static void pack_fwd(const struct ps_conv2d_shape *s, const float *w, float *pb)
+{
+    size_t k = s->c_in * s->kh * s->kw, np = round_up(s->c_out, TO) / TO;
+    for (size_t sp = 0; sp < np; sp++)
+        for (size_t p = 0; p < k; p++) {
+            float *d = pb + (sp * k + p) * TO;
+            for (size_t j = 0; j < TO; j++) {
+                size_t o = sp * TO + j;
+                d[j] = o < s->c_out ? w[o * k + p] : 0.0f;
+            }
+        }
+}
+
+/* B for the input gradient: row p' = (o, t) over c_out x kh*kw, lane c: w[o, c, kk-1-t]. */
+static void pack_dx(const struct ps_conv2d_shape *s, const float *w, float *pb)
+{
+    size_t kk = s->kh * s->kw, k = s->c_out * kk, np = round_up(s->c_in, TO) / TO;
+    for (size_t sp = 0; sp < np; sp++)
+        for (size_t o = 0; o < s->c_out; o++)
+            for (size_t t = 0; t < kk; t++) {
+                float *d = pb + (sp * k + o * kk + t) * TO;
+                for (size_t j = 0; j < TO; j++) {
+                    size_t c = sp * TO + j;
+                    d[j] = c < s->c_in ? w[(o * s->c_in + c) * kk + (kk - 1 - t)] : 0.0f;
+                }
+            }
+}
+
+/* The packed B of one direction, from the cache when it holds one, else packed into *own. */
+static const float *packed(const struct ps_conv2d_shape *s, const float *w, bool dx,
+                           struct ps_cpu_convcache *cache, float **own)
+{
+    size_t n_out = dx ? s->c_in : s->c_out, k = (dx ? s->c_out : s->c_in) * s->kh * s->kw;
+    size_t bytes = round_up(n_out, TO) * k * sizeof(float);
+    float **slot = cache ? (dx ? &cache->dx : &cache->fwd) : own;
+    bool *valid = cache ? (dx ? &cache->dx_valid : &cache->fwd_valid) : NULL;
+    size_t *cap = cache ? (dx ? &cache->dx_bytes : &cache->fwd_bytes) : NULL;
+    if (valid && *valid && *slot && *cap == bytes) return *slot;
+    if (!*slot || !cap || *cap != bytes) {
+        free(*slot);
+        *slot = aligned_alloc(64, round_up(bytes, 64));
+        if (!*slot) {
+            if (cap) *cap = 0;
+            return NULL;
+        }
+        if (cap) *cap = bytes;
+    }
+    (dx ? pack_dx : pack_fwd)(s, w, *slot);
+    if (valid) *valid = true;
+    return *slot;
+}
+
+/* ---- the gathered product ---------------------------------------------------------------- */
+
+/* The geometry of one product: input img [n, ci, h, w] (with padding pad and stride st), output
+ * [n, co, oh, ow], kernel kh x kw, B [ci*kh*kw, round_up(co, TO)] in panels. */
+struct gprob {
+    size_t n, ci, h, w, co, kh, kw, st, pad, oh, ow;
+    const float *img, *pb, *bias;
+    float *out;
+    size_t rows;  /* output rows per chunk (rows == oh: whole samples) */
+    size_t group; /* samples per chunk (1 unless rows == oh) */
+    size_t irows; /* input rows held per chunk: (rows - 1) * st + kh */
+    size_t pw;    /* padded row length w + 2 pad */
+    size_t n_chunks, chunks_per_sample_group;
+};
+
+struct gwork {
+    const struct gprob *g;
+    size_t c_lo, c_hi; /* chunks of this thread */
+    int rc;
+};
+
+#if HAVE_DCONV
+/* One TQ x TO tile over kc taps: acc[i] = sum_p img(q_i, p) * B[p, 0..31]; then
+ * cb[i] = (first ? 0 : cb[i]) + acc[i] (invariant 1). xs: the chunk's scratch, qin: the tile's 8
+ * window origins, poff: the block's kc tap offsets, b: the block's kc rows of the panel. */
+AVX512_TARGET static inline __attribute__((always_inline)) void
+tile_kernel(size_t kc, const float *xs, const uint32_t *qin, const uint32_t *poff, const float *b,
+            float *cb, bool first)
+{
+    __m512 acc[TQ][2];
+    size_t q0 = qin[0], q1 = qin[1], q2 = qin[2], q3 = qin[3];
+    size_t q4 = qin[4], q5 = qin[5], q6 = qin[6], q7 = qin[7];
+    _Pragma("GCC unroll 8") for (int i = 0; i < TQ; i++) acc[i][0] = acc[i][1] =
+        _mm512_setzero_ps();
+    for (size_t p = 0; p < kc; p++) {
+        __m512 b0 = _mm512_load_ps(b + p * TO), b1 = _mm512_load_ps(b + p * TO + 16);
+        const float *xp = xs + poff[p]; /* tap p of every window: xp[qin[i]] */
+#define ROW(i, qi)                                                                                 \
+    do {                                                                                           \
+        __m512 av = _mm512_set1_ps(xp[qi]);                                                        \
+        acc[i][0] = _mm512_fmadd_ps(av, b0, acc[i][0]);                                            \
+        acc[i][1] = _mm512_fmadd_ps(av, b1, acc[i][1]);                                            \
+    } while (0)
+        ROW(0, q0);
+        ROW(1, q1);
+        ROW(2, q2);
+        ROW(3, q3);
+        ROW(4, q4);
+        ROW(5, q5);
+        ROW(6, q6);
+        ROW(7, q7);
+#undef ROW
+    }
+    _Pragma("GCC unroll 8") for (int i = 0; i < TQ; i++)
+    {
+        float *c = cb + i * TO;
+        __m512 c0 = first ? _mm512_setzero_ps() : _mm512_load_ps(c);
+        __m512 c1 = first ? _mm512_setzero_ps() : _mm512_load_ps(c + 16);
+        _mm512_store_ps(c, _mm512_add_ps(c0, acc[i][0]));
+        _mm512_store_ps(c + 16, _mm512_add_ps(c1, acc[i][1]));
+    }
+}
+
+/* out[o, qout[q0 + i]] = cb[q0 + i, j] (+ bias[o]) for the tile's 8 positions and the panel's nj
+ * channels o = o0 + j: four 8 x 8 transposes when the 8 outputs of a channel are adjacent (the
+ * tile does not cross a sample), one element at a time otherwise. Same additions either way. */
+AVX512_TARGET static void tile_store(const float *cb, const size_t *qout, size_t nvalid, size_t o0,
+                                     size_t nj, size_t plane, const float *bias, float *out)
+{
+    if (nvalid == TQ && qout[TQ - 1] - qout[0] == TQ - 1) {
+        for (size_t jb = 0; jb < nj; jb += 8) {
+            __m256 r[8], t[8], u[8];
+            for (int i = 0; i < 8; i++)
+                r[i] = _mm256_load_ps(cb + i * TO + jb);
+            for (int i = 0; i < 8; i += 2) {
+                t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+                t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+            }
+            for (int h = 0; h < 8; h += 4) {
+                u[h] = _mm256_shuffle_ps(t[h], t[h + 2], _MM_SHUFFLE(1, 0, 1, 0));
+                u[h + 1] = _mm256_shuffle_ps(t[h], t[h + 2], _MM_SHUFFLE(3, 2, 3, 2));
+                u[h + 2] = _mm256_shuffle_ps(t[h + 1], t[h + 3], _MM_SHUFFLE(1, 0, 1, 0));
+                u[h + 3] = _mm256_shuffle_ps(t[h + 1], t[h + 3], _MM_SHUFFLE(3, 2, 3, 2));
+            }
+            for (size_t j = 0; j < 8 && jb + j < nj; j++) {
+                /* column j of the 8 x 8 block: positions 0-3 in u[j % 4] of the first four rows,
+                 * 4-7 in u[4 + j % 4]; the 128-bit lane is j / 4 */
+                __m256 v = j < 4 ? _mm256_permute2f128_ps(u[j], u[4 + j], 0x20)
+                                 : _mm256_permute2f128_ps(u[j - 4], u[j], 0x31);
+                size_t o = o0 + jb + j;
+                if (bias) v = _mm256_add_ps(v, _mm256_set1_ps(bias[o]));
+                _mm256_storeu_ps(out + o * plane + qout[0], v);
+            }
+        }
+        return;
+    }
+    for (size_t j = 0; j < nj; j++) {
+        size_t o = o0 + j;
+        float *dst = out + o * plane;
+        for (size_t i = 0; i < nvalid; i++)
+            dst[qout[i]] = bias ? cb[i * TO + j] + bias[o] : cb[i * TO + j];
+    }
+}
+
+/* Every panel and K block of one chunk: cb [nq_pad, TO] per panel, then out = cb (+ bias). */
+AVX512_TARGET static void chunk_product(const struct gprob *g, const float *xs, const uint32_t *qin,
+                                        const size_t *qout, size_t nq, const uint32_t *poff,
+                                        float *cb)
+{
+    size_t k = g->ci * g->kh * g->kw, np = round_up(g->co, TO) / TO, plane = g->oh * g->ow;
+    size_t tiles = (nq + TQ - 1) / TQ;
+    for (size_t sp = 0; sp < np; sp++) {
+        const float *panel = g->pb + sp * k * TO;
+        for (size_t p0 = 0; p0 < k; p0 += KC) {
+            size_t kc = k - p0 < KC ? k - p0 : KC;
+            for (size_t t = 0; t < tiles; t++)
+                tile_kernel(kc, xs, qin + t * TQ, poff + p0, panel + p0 * TO, cb + t * TQ * TO,
+                            p0 == 0);
+        }
+        size_t nj = g->co - sp * TO < TO ? g->co - sp * TO : TO;
+        for (size_t t = 0; t < tiles; t++) {
+            size_t q0 = t * TQ, nv = nq - q0 < TQ ? nq - q0 : TQ;
+            tile_store(cb + q0 * TO, qout + q0, nv, sp * TO, nj, plane, g->bias, g->out);
+        }
+    }
+}
+#endif
+
+/* Chunk c's samples and output rows. */
+static void chunk_span(const struct gprob *g, size_t c, size_t *n0, size_t *ng, size_t *r0,
+                       size_t *nr)
+{
+    size_t per = g->chunks_per_sample_group;
+    *n0 = c / per * g->group;
+    *ng = g->n - *n0 < g->group ? g->n - *n0 : g->group;
+    *r0 = c % per * g->rows;
+    *nr = g->oh - *r0 < g->rows ? g->oh - *r0 : g->rows;
+}
+
+/* The scratch of output rows [r0, r0 + nr) of sample n: for each input channel, the irows input
+ * rows r0*st - pad + ir, each zero-padded to pw floats; rows outside the image (or past what the
+ * nr rows read) are zeros. */
+static void fill_rows(const struct gprob *g, size_t n, size_t r0, size_t nr, float *xs)
+{
+    for (size_t c = 0; c < g->ci; c++)
+        for (size_t ir = 0; ir < g->irows; ir++) {
+            float *d = xs + (c * g->irows + ir) * g->pw;
+            size_t ih = r0 * g->st + ir; /* in padded coordinates */
+            if (ih < g->pad || ih - g->pad >= g->h || ir >= (nr - 1) * g->st + g->kh) {
+                memset(d, 0, g->pw * sizeof(float));
+                continue;
+            }
+            const float *src = g->img + ((n * g->ci + c) * g->h + ih - g->pad) * g->w;
+            memset(d, 0, g->pad * sizeof(float));
+            memcpy(d + g->pad, src, g->w * sizeof(float));
+            memset(d + g->pad + g->w, 0, g->pad * sizeof(float));
+        }
+}
+
+/* The tap offsets inside a scratch of irows rows: tap p = (c, i, j) at (c*irows + i)*pw + j. */
+static void tap_offsets(const struct gprob *g, uint32_t *poff)
+{
+    for (size_t c = 0, p = 0; c < g->ci; c++)
+        for (size_t i = 0; i < g->kh; i++)
+            for (size_t j = 0; j < g->kw; j++)
+                poff[p++] = (uint32_t)((c * g->irows + i) * g->pw + j);
+}
+
+static void *gwork_main(void *arg)
+{
+    struct gwork *wk = arg;
+    const struct gprob *g = wk->g;
+    size_t k = g->ci * g->kh * g->kw, cs = g->ci * g->irows * g->pw;
+    size_t qmax = g->group * g->rows * g->ow, qpad = round_up(qmax, TQ);
+    float *xs = aligned_alloc(64, round_up(g->group * cs * sizeof(float), 64));
+    float *cb = aligned_alloc(64, qpad * TO * sizeof(float));
+    uint32_t *qin = malloc(qpad * sizeof(uint32_t)), *poff = malloc(k * sizeof(uint32_t));
+    size_t *qout = malloc(qmax * sizeof(size_t));
+    if (!xs || !cb || !qin || !poff || !qout) {
+        wk->rc = -ENOMEM;
+        goto out;
+    }
+    tap_offsets(g, poff);
+    for (size_t ch = wk->c_lo; ch < wk->c_hi; ch++) {
+        size_t n0, ng, r0, nr;
+        chunk_span(g, ch, &n0, &ng, &r0, &nr);
+        for (size_t sm = 0; sm < ng; sm++) fill_rows(g, n0 + sm, r0, nr, xs + sm * cs);
+        size_t nq = 0;
+        for (size_t s = 0; s < ng; s++)
+            for (size_t r = 0; r < nr; r++)
+                for (size_t ow = 0; ow < g->ow; ow++, nq++) {
+                    qin[nq] = (uint32_t)(s * cs + r * g->st * g->pw + ow * g->st);
+                    qout[nq] = (n0 + s) * g->co * g->oh * g->ow + (r0 + r) * g->ow + ow;
+                }
+        for (size_t q = nq; q < round_up(nq, TQ); q++)
+            qin[q] = qin[nq - 1]; /* unused rows */
+#if HAVE_DCONV
+        chunk_product(g, xs, qin, qout, nq, poff, cb);
+#endif
+    }
+out:
+    free(xs);
+    free(cb);
+    free(qin);
+    free(poff);
+    free(qout);
+    return NULL;
+}
+
+static int gather_product(struct gprob *g)
+{
+    size_t plane = g->oh * g->ow;
+    if (plane >= CHUNK_Q) {
+        size_t nch = (plane + CHUNK_Q - 1) / CHUNK_Q;
+        g->rows = (g->oh + nch - 1) / nch;
+        g->group = 1;
+    } else {
+        g->rows = g->oh;
+        g->group = CHUNK_Q / plane;
+        if (g->group > g->n) g->group = g->n;
+        if (g->group < 1) g->group = 1;
+    }
+    g->irows = (g->rows - 1) * g->st + g->kh;
+    g->pw = g->w + 2 * g->pad;
+    g->chunks_per_sample_group = (g->oh + g->rows - 1) / g->rows;
+    g->n_chunks = (g->n + g->group - 1) / g->group * g->chunks_per_sample_group;
+    /* offsets are 32-bit: a chunk's scratch must stay under 2^32 floats */
+    if (g->group * g->ci * g->irows * g->pw >= ((size_t)1 << 32)) return -EOVERFLOW;
+
+    size_t work = g->n * plane * g->co * g->ci * g->kh * g->kw;
+    size_t nt = work >= PAR_MIN_WORK ? (size_t)ps_cpu_threads() : 1;
+    if (nt > g->n_chunks) nt = g->n_chunks;
+    if (nt > MAX_THREADS) nt = MAX_THREADS;
+    if (nt < 1) nt = 1;
+    struct gwork wk[MAX_THREADS];
+    pthread_t tid[MAX_THREADS];
+    bool started[MAX_THREADS] = {false};
+    for (size_t t = 0; t < nt; t++)
+        wk[t] = (struct gwork){g, g->n_chunks * t / nt, g->n_chunks * (t + 1) / nt, 0};
+    for (size_t t = 1; t < nt; t++)
+        started[t] = pthread_create(&tid[t], NULL, gwork_main, &wk[t]) == 0;
+    gwork_main(&wk[0]);
+    int rc = wk[0].rc;
+    for (size_t t = 1; t < nt; t++) {
+        if (started[t])
+            pthread_join(tid[t], NULL);
+        else
+            gwork_main(&wk[t]); /* a failed spawn runs here: same arithmetic */
+        if (!rc) rc = wk[t].rc;
+    }
+    return rc;
+}
+
+int ps_cpu_dconv_forward(const struct ps_conv2d_shape *s, const float *x, const float *w,
+                         const float *b, float *y, struct ps_cpu_convcache *cache)
+{
+    float *own = NULL;
+    const float *pb = packed(s, w, false, cache, &own);
+    if (!pb) return -ENOMEM;
+    struct gprob g = {.n = s->n,
+                      .ci = s->c_in,
+                      .h = s->h,
+                      .w = s->w,
+                      .co = s->c_out,
+                      .kh = s->kh,
+                      .kw = s->kw,
+                      .st = s->stride,
+                      .pad = s->padding,
+                      .oh = ps_cpu_conv2d_out_h(s),
+                      .ow = ps_cpu_conv2d_out_w(s),
+                      .img = x,
+                      .pb = pb,
+                      .bias = b,
+                      .out = y};
+    int rc = gather_product(&g);
+    free(own);
+    return rc;
+}
+
+int ps_cpu_dconv_dx(const struct ps_conv2d_shape *s, const float *w, const float *dy, float *dx,
+                    struct ps_cpu_convcache *cache)
+{
+    float *own = NULL;
+    const float *pb = packed(s, w, true, cache, &own);
+    if (!pb) return -ENOMEM;
+    /* the transposed convolution: input dy [n, c_out, oh, ow], output [n, c_in, h, w] */
+    struct gprob g = {.n = s->n,
+                      .ci = s->c_out,
+                      .h = ps_cpu_conv2d_out_h(s),
+                      .w = ps_cpu_conv2d_out_w(s),
+                      .co = s->c_in,
+                      .kh = s->kh,
+                      .kw = s->kw,
+                      .st = 1,
+                      .pad = s->kh - 1 - s->padding,
+                      .oh = s->h,
+                      .ow = s->w,
+                      .img = dy,
+                      .pb = pb,
+                      .bias = NULL,
+                      .out = dx};
+    int rc = gather_product(&g);
+    free(own);
+    return rc;
+}
+
+/* ---- the weight gradient ------------------------------------------------------------------
+ *
+ * dw[o, p] += sum_q dy[n, o, q] * img(n, q, p), the same gathered operand with the roles
+ * turned: a tile is 8 taps (broadcasts, xs[qin[q] + poff[p_i]]) x 32 output channels (dy
+ * transposed into dyt[q, 32] per block of positions), and the sum runs over positions. conv.c's
+ * sgemm does, per sample, K blocks of KC = 256 positions from position 0: dw = dw + block, each
+ * block a chain of fused multiply-adds from +0 in position order. So do chunks here: they start
+ * at multiples of KC inside a sample and the tile is added to dw after each block. */
+
+enum { WCHUNK = 4 * KC };
+
+struct wwork {
+    const struct gprob *g; /* img = x, out unused */
+    const float *dy;
+    float *dw;
+    size_t t_lo, t_hi; /* tap tiles of this thread (8 taps each) */
+    int rc;
+};
+
+#if HAVE_DCONV
+/* The 8 x 8 block of columns jb..jb+7 of a tile stored as 8 rows of TO floats, transposed:
+ * col[j][i] = rows[i * TO + jb + j]. */
+AVX512_TARGET static inline __attribute__((always_inline)) void transpose8(const float *rows,
+                                                                           size_t jb,
+                                                                           __m256 col[8])
+{
+    __m256 r[8], t[8], u[8];
+    for (int i = 0; i < 8; i++)
+        r[i] = _mm256_load_ps(rows + i * TO + jb);
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int h = 0; h < 8; h += 4) {
+        u[h] = _mm256_shuffle_ps(t[h], t[h + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        u[h + 1] = _mm256_shuffle_ps(t[h], t[h + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        u[h + 2] = _mm256_shuffle_ps(t[h + 1], t[h + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        u[h + 3] = _mm256_shuffle_ps(t[h + 1], t[h + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int j = 0; j < 4; j++) {
+        col[j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x20);
+        col[j + 4] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x31);
+    }
+}
+
+/* acc[i][0..31] = sum over the block's nq positions of img(q, tap i) * dyt[q][0..31], a chain of
+ * fused multiply-adds from +0 in position order; stored to tile[i * TO ...]. */
+AVX512_TARGET static void wtile_kernel(size_t nq, const float *xs, const uint32_t *qin,
+                                       const uint32_t *taps, const float *dyt, float *tile)
+{
+    __m512 acc[TQ][2];
+    size_t t0 = taps[0], t1 = taps[1], t2 = taps[2], t3 = taps[3];
+    size_t t4 = taps[4], t5 = taps[5], t6 = taps[6], t7 = taps[7];
+    _Pragma("GCC unroll 8") for (int i = 0; i < TQ; i++) acc[i][0] = acc[i][1] =
+        _mm512_setzero_ps();
+    for (size_t q = 0; q < nq; q++) {
+        __m512 b0 = _mm512_load_ps(dyt + q * TO), b1 = _mm512_load_ps(dyt + q * TO + 16);
+        const float *xp = xs + qin[q]; /* position q's window: xp[poff[tap]] */
+#define ROW(i, ti)                                                                                 \
+    do {                                                                                           \
+        __m512 av = _mm512_set1_ps(xp[ti]);                                                        \
+        acc[i][0] = _mm512_fmadd_ps(av, b0, acc[i][0]);                                            \
+        acc[i][1] = _mm512_fmadd_ps(av, b1, acc[i][1]);                                            \
+    } while (0)
+        ROW(0, t0);
+        ROW(1, t1);
+        ROW(2, t2);
+        ROW(3, t3);
+        ROW(4, t4);
+        ROW(5, t5);
+        ROW(6, t6);
+        ROW(7, t7);
+#undef ROW
+    }
+    _Pragma("GCC unroll 8") for (int i = 0; i < TQ; i++)
+    {
+        _mm512_store_ps(tile + i * TO, acc[i][0]);
+        _mm512_store_ps(tile + i * TO + 16, acc[i][1]);
+    }
+}
+
+/* dw[o0 + j, p0 + i] += tile[i][j] for the tile's nt taps and nj channels (c + acc, as the
+ * sgemm's beta = 1 write-back): transposed 8 x 8 at a time when all 8 taps are there. */
+AVX512_TARGET static void wtile_add(const float *tile, size_t nt, size_t nj, size_t o0, size_t p0,
+                                    size_t k, float *dw)
+{
+    if (nt == TQ) {
+        for (size_t jb = 0; jb < nj; jb += 8) {
+            __m256 col[8];
+            transpose8(tile, jb, col);
+            for (size_t j = 0; j < 8 && jb + j < nj; j++) {
+                float *d = dw + (o0 + jb + j) * k + p0;
+                _mm256_storeu_ps(d, _mm256_add_ps(_mm256_loadu_ps(d), col[j]));
+            }
+        }
+        return;
+    }
+    for (size_t j = 0; j < nj; j++)
+        for (size_t i = 0; i < nt; i++)
+            dw[(o0 + j) * k + p0 + i] += tile[i * TO + j];
+}
+#endif
+
+static void *wwork_main(void *arg)
+{
+    struct wwork *wk = arg;
+    const struct gprob *g = wk->g;
+    size_t k = g->ci * g->kh * g->kw, plane = g->oh * g->ow, np = round_up(g->co, TO) / TO;
+    size_t cs = g->ci * g->irows * g->pw;
+    float *xs = aligned_alloc(64, round_up(cs * sizeof(float), 64));
+    float *dyt = aligned_alloc(64, KC * TO * sizeof(float));
+    float *tile = aligned_alloc(64, TQ * TO * sizeof(float));
+    uint32_t *qin = malloc(WCHUNK * sizeof(uint32_t));
+    uint32_t *poff = malloc(round_up(k, TQ) * sizeof(uint32_t));
+    if (!xs || !dyt || !tile || !qin || !poff) {
+        wk->rc = -ENOMEM;
+        goto out;
+    }
+    tap_offsets(g, poff);
+    for (size_t p = k; p < round_up(k, TQ); p++)
+        poff[p] = poff[k - 1]; /* unused taps of the last tile */
+    for (size_t n = 0; n < g->n; n++)
+        for (size_t qa = 0; qa < plane; qa += WCHUNK) {
+            size_t qb = plane - qa < WCHUNK ? plane : qa + WCHUNK;
+            size_t r0 = qa / g->ow, nr = (qb - 1) / g->ow - r0 + 1;
+            fill_rows(g, n, r0, nr, xs);
+            for (size_t q = qa; q < qb; q++)
+                qin[q - qa] = (uint32_t)((q / g->ow - r0) * g->st * g->pw + q % g->ow * g->st);
+            for (size_t sp = 0; sp < np; sp++) {
+                size_t o0 = sp * TO, nj = g->co - o0 < TO ? g->co - o0 : TO;
+                for (size_t b0 = qa; b0 < qb; b0 += KC) {
+                    size_t nq = qb - b0 < KC ? qb - b0 : KC;
+                    for (size_t j = 0; j < TO; j++) {
+                        const float *src = wk->dy + (n * g->co + o0 + j) * plane + b0;
+                        for (size_t q = 0; q < nq; q++)
+                            dyt[q * TO + j] = j < nj ? src[q] : 0.0f;
+                    }
+#if HAVE_DCONV
+                    for (size_t t = wk->t_lo; t < wk->t_hi; t++) {
+                        size_t p0 = t * TQ, nt = k - p0 < TQ ? k - p0 : TQ;
+                        wtile_kernel(nq, xs, qin + (b0 - qa), poff + p0, dyt, tile);
+                        wtile_add(tile, nt, nj, o0, p0, k, wk->dw);
+                    }
+#endif
+                }
+            }
+        }
+out:
+    free(xs);
+    free(dyt);
+    free(tile);
+    free(qin);
+    free(poff);
+    return NULL;
+}
+
+int ps_cpu_dconv_dw(const struct ps_conv2d_shape *s, const float *x, const float *dy, float *dw)
+{
+    struct gprob g = {.n = s->n, .ci = s->c_in, .h = s->h, .w = s->w, .co = s->c_out,
+                      .kh = s->kh, .kw = s->kw, .st = s->stride, .pad = s->padding,
+                      .oh = ps_cpu_conv2d_out_h(s), .ow = ps_cpu_conv2d_out_w(s), .img = x};
+    /* a chunk of WCHUNK positions spans at most this many output rows */
+    size_t rows = (WCHUNK + g.ow - 2) / g.ow + 1;
+    if (rows > g.oh) rows = g.oh;
+    g.irows = (rows - 1) * g.st + g.kh;
+    g.pw = g.w + 2 * g.pad;
+    if (g.ci * g.irows * g.pw >= ((size_t)1 << 32)) return -EOVERFLOW;
+    size_t k = g.ci * g.kh * g.kw, tiles = (k + TQ - 1) / TQ;
+    size_t work = g.n * g.oh * g.ow * g.co * k;
+    size_t nt = work >= PAR_MIN_WORK ? (size_t)ps_cpu_threads() : 1;
+    if (nt > tiles) nt = tiles;
+    if (nt > MAX_THREADS) nt = MAX_THREADS;
+    if (nt < 1) nt = 1;
+    struct wwork wk[MAX_THREADS];
+    pthread_t tid[MAX_THREADS];
+    bool started[MAX_THREADS] = {false};
+    for (size_t t = 0; t < nt; t++)
+        wk[t] = (struct wwork){&g, dy, dw, tiles * t / nt, tiles * (t + 1) / nt, 0};
+    for (size_t t = 1; t < nt; t++)
+        started[t] = pthread_create(&tid[t], NULL, wwork_main, &wk[t]) == 0;
+    wwork_main(&wk[0]);
+    int rc = wk[0].rc;
+    for (size_t t = 1; t < nt; t++) {
+        if (started[t])
+            pthread_join(tid[t], NULL);
+        else
+            wwork_main(&wk[t]);
+        if (!rc) rc = wk[t].rc;
+    }
+    return rc;
+}
