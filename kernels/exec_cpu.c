@@ -308,25 +308,6 @@ static int log_update(struct exec *ex, int l, int i, enum ps_exec_bn_phase ph, u
     return rc;
 }
 
-/* per-channel mean and UNBIASED variance of [n, C, S] (two passes, double) */
-static void channel_stats(const float *x, size_t n, size_t C, size_t S, double *mean, double *var)
-{
-    double m = (double)(n * S);
-    for (size_t c = 0; c < C; c++) {
-        double s = 0.0;
-        for (size_t i = 0; i < n; i++)
-            for (size_t k = 0; k < S; k++) s += x[(i * C + c) * S + k];
-        double mu = s / m, q = 0.0;
-        for (size_t i = 0; i < n; i++)
-            for (size_t k = 0; k < S; k++) {
-                double t = x[(i * C + c) * S + k] - mu;
-                q += t * t;
-            }
-        mean[c] = mu;
-        var[c] = m > 1 ? q / (m - 1) : 0.0;
-    }
-}
-
 /* ---- layers ------------------------------------------------------------------------------ */
 
 static void bn_view(struct ps_bn *bn, const struct ps_layer *l, struct ps_layer_state *ls)
@@ -412,8 +393,10 @@ static int layer_forward(struct exec *ex, int i, int l, float *y, bool grad, boo
                 if (rc) break;
             }
         }
-        if (mode == PS_BN_TRAIN) channel_stats(x, n, C, S, ex->tmp_mean, ex->tmp_var);
-        rc = ps_cpu_bn_forward(&bn, mode, x, y, n, S, sv->bn_mean, sv->bn_invstd, ex->d);
+        /* the log gets the statistics the running-statistics update used */
+        bool tr = mode == PS_BN_TRAIN;
+        rc = ps_cpu_bn_forward_stats(&bn, mode, x, y, n, S, sv->bn_mean, sv->bn_invstd,
+                                     tr ? ex->tmp_mean : NULL, tr ? ex->tmp_var : NULL, ex->d);
         if (rc) {
             char where[64];
             snprintf(where, sizeof(where), "layer %d (batchnorm), micro-batch %d", l, i);

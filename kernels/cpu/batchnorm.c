@@ -99,6 +99,14 @@ static double channel_sq_dev(const float *x, size_t n, size_t stride, size_t spa
 int ps_cpu_bn_forward(struct ps_bn *bn, enum ps_bn_mode mode, const float *x, float *y, size_t n,
                       size_t spatial, float *save_mean, float *save_invstd, struct ps_diag *d)
 {
+    return ps_cpu_bn_forward_stats(bn, mode, x, y, n, spatial, save_mean, save_invstd, NULL, NULL,
+                                   d);
+}
+
+int ps_cpu_bn_forward_stats(struct ps_bn *bn, enum ps_bn_mode mode, const float *x, float *y,
+                            size_t n, size_t spatial, float *save_mean, float *save_invstd,
+                            double *batch_mean, double *batch_var, struct ps_diag *d)
+{
     size_t C = bn->channels, m = n * spatial, stride = C * spatial;
     bool train = mode != PS_BN_EVAL;
     if (train && m < 2)
@@ -118,6 +126,8 @@ int ps_cpu_bn_forward(struct ps_bn *bn, enum ps_bn_mode mode, const float *x, fl
             double var = q / (double)m;
             invstd = 1.0 / sqrt(var + (double)bn->eps);
             if (mode == PS_BN_TRAIN) ema(bn, c, a, mu, q / (double)(m - 1));
+            if (batch_mean) batch_mean[c] = mu;
+            if (batch_var) batch_var[c] = q / (double)(m - 1);
         } else {
             mu = bn->running_mean[c];
             invstd = 1.0 / sqrt((double)bn->running_var[c] + (double)bn->eps);

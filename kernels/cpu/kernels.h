@@ -166,6 +166,11 @@ double ps_cpu_bn_factor(const struct ps_bn *bn, int64_t nbt_after);
  * batch mean and 1/sqrt(var_biased + eps) in train modes, running ones in eval. */
 int ps_cpu_bn_forward(struct ps_bn *bn, enum ps_bn_mode mode, const float *x, float *y, size_t n,
                       size_t spatial, float *save_mean, float *save_invstd, struct ps_diag *d);
+/* The same, also giving the batch statistics of train modes in double (the mean and UNBIASED
+ * variance the running-statistics update uses; either pointer may be NULL). */
+int ps_cpu_bn_forward_stats(struct ps_bn *bn, enum ps_bn_mode mode, const float *x, float *y,
+                            size_t n, size_t spatial, float *save_mean, float *save_invstd,
+                            double *batch_mean, double *batch_var, struct ps_diag *d);
 /* Backward from the saved statistics. training = the forward used batch statistics (both train
  * modes): dx includes the terms through mean and variance; eval: dx = dy * weight * invstd.
  * dx overwritten, dweight/dbias accumulated. */
