@@ -42,7 +42,7 @@
 #define HAVE_DCONV 0
 #endif
 
-enum { TQ = 8, TO = 32, KC = 256, CHUNK_Q = 1024, MAX_THREADS = 16 };
+enum { TQ = 8, TO = 32, KC = 256, KS = 128, CHUNK_Q = 1024, MAX_THREADS = 16 };
 #define PAR_MIN_WORK ((size_t)1 << 21)
 
 static size_t round_up(size_t x, size_t m)
@@ -149,18 +149,25 @@ struct gwork {
 };
 
 #if HAVE_DCONV
-/* One TQ x TO tile over kc taps: acc[i] = sum_p img(q_i, p) * B[p, 0..31]; then
- * cb[i] = (first ? 0 : cb[i]) + acc[i] (invariant 1). xs: the chunk's scratch, qin: the tile's 8
- * window origins, poff: the block's kc tap offsets, b: the block's kc rows of the panel. */
+/* One TQ x TO tile over kc taps of a K block: acc[i] += img(q_i, p) * B[p, 0..31], a chain of
+ * fused multiply-adds that starts from +0 (resume false) or from the part the previous taps of
+ * the same K block left in part[] (resume true). finish false leaves the chain in part[]; finish
+ * true ends the K block: cb[i] = (first ? 0 : cb[i]) + acc[i] (invariant 1). Splitting a K block
+ * into such pieces changes no bit (a float spilled and reloaded is the same float) and keeps the
+ * taps' rows of the panel and of the image inside the L1 cache together. xs: the chunk's
+ * scratch, qin: the tile's 8 window origins, poff: the piece's kc tap offsets, b: its kc rows of
+ * the panel. */
 AVX512_TARGET static inline __attribute__((always_inline)) void
 tile_kernel(size_t kc, const float *xs, const uint32_t *qin, const uint32_t *poff, const float *b,
-            float *cb, bool first)
+            float *part, bool resume, bool finish, float *cb, bool first)
 {
     __m512 acc[TQ][2];
     size_t q0 = qin[0], q1 = qin[1], q2 = qin[2], q3 = qin[3];
     size_t q4 = qin[4], q5 = qin[5], q6 = qin[6], q7 = qin[7];
-    _Pragma("GCC unroll 8") for (int i = 0; i < TQ; i++) acc[i][0] = acc[i][1] =
-        _mm512_setzero_ps();
+    _Pragma("GCC unroll 8") for (int i = 0; i < TQ; i++) {
+        acc[i][0] = resume ? _mm512_load_ps(part + i * TO) : _mm512_setzero_ps();
+        acc[i][1] = resume ? _mm512_load_ps(part + i * TO + 16) : _mm512_setzero_ps();
+    }
     for (size_t p = 0; p < kc; p++) {
         __m512 b0 = _mm512_load_ps(b + p * TO), b1 = _mm512_load_ps(b + p * TO + 16);
         const float *xp = xs + poff[p]; /* tap p of every window: xp[qin[i]] */
@@ -179,6 +186,13 @@ tile_kernel(size_t kc, const float *xs, const uint32_t *qin, const uint32_t *pof
         ROW(6, q6);
         ROW(7, q7);
 #undef ROW
+    }
+    if (!finish) {
+        _Pragma("GCC unroll 8") for (int i = 0; i < TQ; i++) {
+            _mm512_store_ps(part + i * TO, acc[i][0]);
+            _mm512_store_ps(part + i * TO + 16, acc[i][1]);
+        }
+        return;
     }
     _Pragma("GCC unroll 8") for (int i = 0; i < TQ; i++)
     {
@@ -234,7 +248,7 @@ AVX512_TARGET static void tile_store(const float *cb, const size_t *qout, size_t
 /* Every panel and K block of one chunk: cb [nq_pad, TO] per panel, then out = cb (+ bias). */
 AVX512_TARGET static void chunk_product(const struct gprob *g, const float *xs, const uint32_t *qin,
                                         const size_t *qout, size_t nq, const uint32_t *poff,
-                                        float *cb)
+                                        float *cb, float *part)
 {
     size_t k = g->ci * g->kh * g->kw, np = round_up(g->co, TO) / TO, plane = g->oh * g->ow;
     size_t tiles = (nq + TQ - 1) / TQ;
@@ -242,9 +256,13 @@ AVX512_TARGET static void chunk_product(const struct gprob *g, const float *xs, 
         const float *panel = g->pb + sp * k * TO;
         for (size_t p0 = 0; p0 < k; p0 += KC) {
             size_t kc = k - p0 < KC ? k - p0 : KC;
-            for (size_t t = 0; t < tiles; t++)
-                tile_kernel(kc, xs, qin + t * TQ, poff + p0, panel + p0 * TO, cb + t * TQ * TO,
-                            p0 == 0);
+            for (size_t p1 = p0; p1 < p0 + kc; p1 += KS) {
+                size_t ks = p0 + kc - p1 < KS ? p0 + kc - p1 : KS;
+                bool resume = p1 > p0, finish = p1 + ks == p0 + kc;
+                for (size_t t = 0; t < tiles; t++)
+                    tile_kernel(ks, xs, qin + t * TQ, poff + p1, panel + p1 * TO,
+                                part + t * TQ * TO, resume, finish, cb + t * TQ * TO, p0 == 0);
+            }
         }
         size_t nj = g->co - sp * TO < TO ? g->co - sp * TO : TO;
         for (size_t t = 0; t < tiles; t++) {
@@ -303,9 +321,10 @@ static void *gwork_main(void *arg)
     size_t qmax = g->group * g->rows * g->ow, qpad = round_up(qmax, TQ);
     float *xs = aligned_alloc(64, round_up(g->group * cs * sizeof(float), 64));
     float *cb = aligned_alloc(64, qpad * TO * sizeof(float));
+    float *part = aligned_alloc(64, qpad * TO * sizeof(float));
     uint32_t *qin = malloc(qpad * sizeof(uint32_t)), *poff = malloc(k * sizeof(uint32_t));
     size_t *qout = malloc(qmax * sizeof(size_t));
-    if (!xs || !cb || !qin || !poff || !qout) {
+    if (!xs || !cb || !part || !qin || !poff || !qout) {
         wk->rc = -ENOMEM;
         goto out;
     }
@@ -324,12 +343,13 @@ static void *gwork_main(void *arg)
         for (size_t q = nq; q < round_up(nq, TQ); q++)
             qin[q] = qin[nq - 1]; /* unused rows */
 #if HAVE_DCONV
-        chunk_product(g, xs, qin, qout, nq, poff, cb);
+        chunk_product(g, xs, qin, qout, nq, poff, cb, part);
 #endif
     }
 out:
     free(xs);
     free(cb);
+    free(part);
     free(qin);
     free(poff);
     free(qout);
