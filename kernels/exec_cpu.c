@@ -10,28 +10,34 @@
  * Partition j owns layers [f, f+c). The copies between partitions are no-ops (one address space)
  * and are not timed.
  *
- * Memory as torchgpipe has it (M1-M4). act[i][l] is layer l's INPUT and belongs to the device of
- * the partition holding layer l (torchgpipe copies a partition's input onto its device); act[i][L]
- * belongs to the last partition. Buffers are allocated when a task produces them and freed after
- * their last use:
- *   M1. A forward with grad (F of a task that is not checkpointed, or R) keeps the input of every
- *       layer whose backward reads it (conv2d, linear, batchnorm, relu: relu's backward tests its
- *       input, x > 0 exactly when relu(x) > 0) plus pool indices and dropout masks; the inputs of
- *       maxpool2d, dropout and flatten are freed as soon as the layer has run.
+ * Memory as torchgpipe has it (M1-M4, the model's A1-A5 in src/model.c "Activation memory").
+ * act[i][l] is layer l's INPUT and belongs to the device the partition holding layer l runs on
+ * (the graph's: torchgpipe copies a partition's input onto its device; an interleaved plan puts
+ * several stages on one device); act[i][L] belongs to the last partition. Buffers are allocated
+ * when a task produces them and freed after their last use:
+ *   M1. A forward with grad (F of a task that is not checkpointed, or R) keeps what PyTorch's
+ *       autograd saves (ps_layer_keeps, ps_model_keeps_buffer): the input of conv2d, linear,
+ *       batchnorm and maxpool2d, the output of relu (one buffer when the next layer keeps it as
+ *       its input; a partition's last relu keeps its input instead, the same size on the same
+ *       device, as its output leaves for the next device), int64 pool indices and 1-byte dropout
+ *       masks (none at p = 0); every other buffer is freed as soon as the next layer has read it.
+ *       relu's backward tests its output, or its input when it is last: y > 0 exactly when x > 0.
  *   M2. A checkpointed F keeps only its input (for R) and its output (the next partition's
  *       input); every intermediate is freed right after the next layer has read it. R does not
  *       run the partition's last layer when it is conv2d, linear, relu or flatten (no side
  *       effect, and no backward reads its output); otherwise (batchnorm statistics, pool
  *       indices, dropout mask) it writes that output into a scratch buffer freed when R ends.
- *   M3. B(i,j) frees each gradient once the layer below has its own, and every buffer of its
- *       layers for micro-batch i when it ends. The model output goes as soon as F(i,n-1) has
+ *   M3. B(i,j) frees each gradient once the layer below has its own, each buffer once the layer
+ *       that reads it (a relu: its output) is done, and every buffer of its layers for
+ *       micro-batch i by its end. The model output goes as soon as F(i,n-1) has
  *       computed its loss and output gradient (E4).
  *   M4. Workspace is per kernel call and cache-sized (the sgemm's packing buffers; conv2d never
  *       stores its column matrix, kernels/cpu/conv.c).
  * The executor counts, per device, the bytes of activations and saved tensors alive (act and
  * pool indices / dropout masks; gradients live only inside one B and BN statistics are C floats,
  * neither is counted): the peak over all steps, and every change in the last step
- * (ps_exec_memory). The simulator's model (src/analysis.c, node act_bytes) predicts the peak.
+ * (ps_exec_memory). The model predicts the peak (src/analysis.c along the same order, from node
+ * act_bytes and ps_node_mem): exactly in the serial mode (tests/test_exec.c).
  *
  * Devices on threads (ps_exec_opts.device_threads): one worker per device, as torchgpipe's one
  * worker per device. Each worker runs its device's tasks in the order's sequence and, before a
@@ -86,7 +92,7 @@
 
 struct saved {
     float *bn_mean, *bn_invstd; /* BN: C each */
-    int32_t *idx;               /* maxpool: per output element */
+    int64_t *idx;               /* maxpool: per output element (int64, as PyTorch keeps them) */
     uint8_t *mask;              /* dropout: per element */
 };
 
@@ -252,15 +258,9 @@ static void grad_drop(struct exec *ex, int i, int l)
     *gp = NULL;
 }
 
-/* Whether layer l's backward reads its input (M1). */
-static bool needs_input(enum ps_op op)
-{
-    return op == PS_OP_CONV2D || op == PS_OP_LINEAR || op == PS_OP_BATCHNORM || op == PS_OP_RELU;
-}
-
 static size_t idx_bytes(const struct exec *ex, int i, int l)
 {
-    return (size_t)(ex->model->layers[l].out_numel * ex->mb_size[i]) * sizeof(int32_t);
+    return (size_t)(ex->model->layers[l].out_numel * ex->mb_size[i]) * sizeof(int64_t);
 }
 
 static size_t mask_bytes(const struct exec *ex, int i, int l)
@@ -276,7 +276,7 @@ static int saved_get(struct exec *ex, int i, int l)
     int dev = ex->layer_dev[l];
     if (op == PS_OP_MAXPOOL2D && !sv->idx && !(sv->idx = mem_alloc(ex, idx_bytes(ex, i, l), dev)))
         return -ENOMEM;
-    if (op == PS_OP_DROPOUT && !sv->mask &&
+    if (op == PS_OP_DROPOUT && ex->spec->layers[l].p > 0 && !sv->mask &&
         !(sv->mask = mem_alloc(ex, mask_bytes(ex, i, l), dev)))
         return -ENOMEM;
     return 0;
@@ -446,14 +446,15 @@ static int layer_backward(struct exec *ex, int i, int l, float *dx)
         ps_cpu_maxpool2d_backward(&s, dy, sv->idx, dx);
         break;
     }
-    case PS_OP_RELU:
-        if (dx) ps_cpu_relu_backward(x, dy, dx, cnt); /* x > 0 exactly where y > 0 (M1) */
+    case PS_OP_RELU: /* y > 0 exactly where x > 0: its output, or its input when last (M1) */
+        if (dx) ps_cpu_relu_backward(ACT(ex, i, l + 1) ? ACT(ex, i, l + 1) : x, dy, dx, cnt);
         break;
     case PS_OP_FLATTEN:
         if (dx) memcpy(dx, dy, cnt * sizeof(float));
         break;
     case PS_OP_DROPOUT:
-        if (dx) ps_cpu_dropout_backward(dy, sv->mask, dx, cnt, (float)ly->p);
+        if (dx && sv->mask) ps_cpu_dropout_backward(dy, sv->mask, dx, cnt, (float)ly->p);
+        else if (dx) memcpy(dx, dy, cnt * sizeof(float)); /* p = 0: the identity */
         break;
     case PS_OP_BATCHNORM: {
         struct ps_bn bn;
@@ -507,13 +508,6 @@ static int loss_mb(struct exec *ex, int i)
 
 /* ---- tasks ----------------------------------------------------------------------------------- */
 
-/* Whether R can skip layer l when it is its partition's last: no side effect (running
- * statistics, indices, mask) and backward never reads its output (M2). */
-static bool recompute_skips(enum ps_op op)
-{
-    return op == PS_OP_CONV2D || op == PS_OP_LINEAR || op == PS_OP_RELU || op == PS_OP_FLATTEN;
-}
-
 static int task_forward(struct exec *ex, int i, int j, bool grad, bool recompute, uint32_t node)
 {
     int f = ex->spec->first_layer[j], c = ex->spec->balance[j];
@@ -523,7 +517,7 @@ static int task_forward(struct exec *ex, int i, int j, bool grad, bool recompute
     for (int l = f; l < f + c && !rc; l++) {
         enum ps_op op = ex->spec->layers[l].op;
         bool last = l == f + c - 1;
-        if (last && recompute && recompute_skips(op)) {
+        if (last && recompute && ps_recompute_skips(op)) {
             LIVE(ex, i, l) = true; /* its input is kept (M1), its output unused */
             break;
         }
@@ -532,7 +526,7 @@ static int task_forward(struct exec *ex, int i, int j, bool grad, bool recompute
         if (!y || (grad && saved_get(ex, i, l))) return -ENOMEM;
         rc = layer_forward(ex, i, l, y, grad, recompute, node);
         /* M1, M2: the input of layer l goes when nothing will read it again */
-        bool keep = grad ? needs_input(op) : l == f;
+        bool keep = grad ? ps_model_keeps_buffer(ex->spec, ex->model, f, f + c, l) : l == f;
         if (!keep)
             act_drop(ex, i, l);
         else if (l == 0 && !rc)
@@ -556,10 +550,11 @@ static int task_backward(struct exec *ex, int i, int j, uint32_t node)
         if (l > 0 && !(dx = grad_get(ex, i, l))) return -ENOMEM;
         if ((rc = layer_backward(ex, i, l, dx))) return rc;
         grad_drop(ex, i, l + 1); /* M3 */
-        act_drop(ex, i, l);
+        if (l + 1 < f + c) act_drop(ex, i, l + 1); /* read by layer l when it is a relu */
         saved_drop(ex, i, l);
         LIVE(ex, i, l) = false; /* backward frees the graph */
     }
+    act_drop(ex, i, f);
     return 0;
 }
 
@@ -670,10 +665,15 @@ static int alloc_buffers(struct exec *ex, const struct ps_data *dt)
         !ex->mb_off || !ex->layer_dev || !ex->xbatch || (dt->labels && !ex->labels) ||
         (dt->rows && !ex->rows))
         return -ENOMEM;
-    for (int j = 0; j < ex->n; j++)
+    for (int j = 0; j < ex->n; j++) {
+        /* the device its tasks run on (an interleaved plan puts several stages on one) */
+        uint32_t f0 = ex->g->fwd ? ex->g->fwd[j] : PS_NONE;
+        int dev = f0 != PS_NONE && ex->g->nodes[f0].device >= 0 ? ex->g->nodes[f0].device
+                                                                 : ex->spec->device_id[j];
         for (int l = ex->spec->first_layer[j]; l < ex->spec->first_layer[j] + ex->spec->balance[j];
              l++)
-            ex->layer_dev[l] = ex->spec->device_id[j];
+            ex->layer_dev[l] = dev;
+    }
     ex->layer_dev[L] = L > 0 ? ex->layer_dev[L - 1] : 0;
     int64_t off = 0;
     for (int i = 0; i < m; i++) {

@@ -79,8 +79,13 @@ static int memory(const struct ps_graph *g, const struct ps_order *o, struct ps_
     for (uint32_t k = 0; k < o->n; k++) {
         const struct ps_node *n = &g->nodes[o->node[k]];
         if (n->device < 0 || n->device >= nd) continue;
-        if (n->act_bytes || n->kind == PS_NODE_COMPUTE || n->kind == PS_NODE_WGRAD)
+        if (n->act_bytes || n->kind == PS_NODE_COMPUTE || n->kind == PS_NODE_RECOMPUTE ||
+            n->kind == PS_NODE_WGRAD)
             cnt[n->device] += 2;
+        int64_t tmp, out;
+        int od;
+        ps_node_mem(g, o->node[k], &tmp, &out, &od);
+        if (out && od >= 0 && od < nd) cnt[od]++;
     }
     struct mev **ev = calloc((size_t)nd, sizeof(*ev));
     uint32_t *ne = calloc((size_t)nd, sizeof(uint32_t));
@@ -88,25 +93,31 @@ static int memory(const struct ps_graph *g, const struct ps_order *o, struct ps_
     if (!ev || !ne) rc = -ENOMEM;
     for (int d = 0; d < nd && !rc; d++)
         if (!(ev[d] = malloc(((size_t)cnt[d] + 1) * sizeof(struct mev)))) rc = -ENOMEM;
+    /* a task's high-water is held from its start to its end, where its net change remains; a
+       forward's output reaches the next partition's device when it ends; B frees at its end
+       (src/model.c "Activation memory") */
     for (uint32_t k = 0; k < o->n && !rc; k++) {
         uint32_t v = o->node[k];
         const struct ps_node *n = &g->nodes[v];
         int d = n->device;
         if (d < 0 || d >= nd) continue;
         bool fwd_task = n->kind == PS_NODE_COMPUTE && n->phase == PS_PHASE_FWD;
-        if (n->act_bytes || fwd_task)
-            ev[d][ne[d]++] = (struct mev){s->start_us[v], n->act_bytes, fwd_task ? 1 : 0, v};
-        if (n->kind == PS_NODE_COMPUTE && n->phase == PS_PHASE_BWD && n->twin != PS_NONE) {
-            int64_t fr = g->nodes[n->twin].act_bytes;
-            if (g->rec && n->mb >= 0 && n->part >= 0 && n->mb < g->m && n->part < g->n) {
-                uint32_t r = g->rec[(size_t)n->mb * g->n + n->part];
-                if (r != PS_NONE && o->pos[r] != UINT32_MAX) fr += g->nodes[r].act_bytes;
-            }
+        bool bwd_task = n->kind == PS_NODE_COMPUTE && n->phase == PS_PHASE_BWD;
+        int64_t tmp, out;
+        int od;
+        ps_node_mem(g, v, &tmp, &out, &od);
+        if (tmp || fwd_task) ev[d][ne[d]++] = (struct mev){s->start_us[v], tmp, fwd_task ? 1 : 0, v};
+        if (out && od >= 0 && od < nd) ev[od][ne[od]++] = (struct mev){s->end_us[v], out, 0, v};
+        if (bwd_task) {
+            int64_t fr = -n->act_bytes;
             uint32_t lg = last_grad(g, v);
             int64_t keep = lg != v ? wgrad_keeps(g, n) : 0;
             if (keep > fr) keep = fr;
+            if (keep < 0) keep = 0;
             ev[d][ne[d]++] = (struct mev){s->end_us[v], -(fr - keep), -1, v};
             if (lg != v) ev[d][ne[d]++] = (struct mev){s->end_us[lg], -keep, 0, lg};
+        } else if (n->act_bytes - tmp) {
+            ev[d][ne[d]++] = (struct mev){s->end_us[v], n->act_bytes - tmp, 0, v};
         }
     }
     for (int d = 0; d < nd && !rc; d++) {

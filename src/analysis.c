@@ -302,28 +302,35 @@ static void check_races(struct ps_analysis *a, const struct ps_graph *g)
     }
 }
 
+static void mem_bump(int64_t *cur, struct ps_mem *mem, int d, int64_t bytes, uint32_t k)
+{
+    if (cur[d] + bytes > mem[d].peak_bytes) {
+        mem[d].peak_bytes = cur[d] + bytes;
+        mem[d].peak_entry = k;
+    }
+}
+
 void ps_analysis_memory(const struct ps_graph *g, const struct ps_order *order, struct ps_mem *mem)
 {
     int nd_ = g->n_devices > 0 ? g->n_devices : 1;
     int64_t *cur = calloc((size_t)nd_, sizeof(int64_t));
     for (int d = 0; d < nd_; d++) mem[d] = (struct ps_mem){0, 0};
     if (!cur) return;
+    /* each node in turn: its high-water while it runs, the output it hands on, its net change */
     for (uint32_t k = 0; k < order->n; k++) {
-        const struct ps_node *nd = &g->nodes[order->node[k]];
+        uint32_t v = order->node[k];
+        const struct ps_node *nd = &g->nodes[v];
         int d = nd->device >= 0 && nd->device < nd_ ? nd->device : 0;
-        if (nd->act_bytes) cur[d] += nd->act_bytes;
-        if (nd->kind == PS_NODE_COMPUTE && nd->phase == PS_PHASE_BWD && nd->twin != PS_NONE) {
-            cur[d] -= g->nodes[nd->twin].act_bytes;
-            if (g->rec && nd->mb >= 0 && nd->part >= 0) {
-                uint32_t r = g->rec[(size_t)nd->mb * g->n + nd->part];
-                if (r != PS_NONE && order->pos[r] != UINT32_MAX && order->pos[r] < k)
-                    cur[d] -= g->nodes[r].act_bytes;
-            }
+        int64_t tmp, out;
+        int od;
+        ps_node_mem(g, v, &tmp, &out, &od);
+        mem_bump(cur, mem, d, tmp, k);
+        if (out && od >= 0 && od < nd_) {
+            cur[od] += out;
+            mem_bump(cur, mem, od, 0, k);
         }
-        if (cur[d] > mem[d].peak_bytes) {
-            mem[d].peak_bytes = cur[d];
-            mem[d].peak_entry = k;
-        }
+        cur[d] += nd->act_bytes;
+        mem_bump(cur, mem, d, 0, k);
     }
     free(cur);
 }

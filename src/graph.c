@@ -328,3 +328,49 @@ void ps_node_set_forward_work(struct ps_node *nd, const struct ps_partition_info
     nd->flops = p->fwd_flops * bs;
     nd->bytes = p->fwd_bytes * bs + p->fwd_param_bytes;
 }
+
+/* ---- activation memory (src/model.c "Activation memory") ----------------------------------- */
+
+static const struct ps_task_mem *task_mem(const struct ps_graph *g, const struct ps_node *nd)
+{
+    if (!g->model || !g->mb_size || nd->part < 0 || nd->part >= g->model->n_partitions ||
+        nd->mb < 0 || nd->mb >= g->m)
+        return NULL;
+    const struct ps_partition_info *p = &g->model->parts[nd->part];
+    if (nd->kind == PS_NODE_COMPUTE && nd->phase == PS_PHASE_FWD)
+        return nd->checkpointed ? &p->fwd_ckpt : &p->fwd;
+    if (nd->kind == PS_NODE_RECOMPUTE && nd->phase == PS_PHASE_BWD) return &p->rec;
+    return NULL;
+}
+
+void ps_graph_set_memory(struct ps_graph *g)
+{
+    if (!g->model || !g->mb_size || !g->fwd || !g->bwd) return;
+    for (int i = 0; i < g->m; i++)
+        for (int j = 0; j < g->n && j < g->model->n_partitions; j++) {
+            size_t c = (size_t)i * (size_t)g->n + (size_t)j;
+            int64_t bs = g->mb_size[i], kept = g->model->parts[j].in_bytes * bs;
+            uint32_t v[2] = {g->fwd[c], g->rec ? g->rec[c] : PS_NONE};
+            for (int k = 0; k < 2; k++) {
+                if (v[k] == PS_NONE) continue;
+                const struct ps_task_mem *t = task_mem(g, &g->nodes[v[k]]);
+                g->nodes[v[k]].act_bytes = t ? t->net * bs : 0;
+                kept += g->nodes[v[k]].act_bytes;
+            }
+            if (g->bwd[c] != PS_NONE) g->nodes[g->bwd[c]].act_bytes = -kept;
+        }
+}
+
+void ps_node_mem(const struct ps_graph *g, uint32_t v, int64_t *tmp, int64_t *out, int *out_dev)
+{
+    const struct ps_node *nd = &g->nodes[v];
+    const struct ps_task_mem *t = task_mem(g, nd);
+    *tmp = t ? t->peak * g->mb_size[nd->mb] : 0;
+    *out = 0;
+    *out_dev = -1;
+    if (!t || nd->phase != PS_PHASE_FWD || !g->fwd || nd->part + 1 >= g->n) return;
+    uint32_t next = g->fwd[(size_t)nd->mb * (size_t)g->n + (size_t)nd->part + 1];
+    if (next == PS_NONE) return;
+    *out = g->model->parts[nd->part].out_bytes * g->mb_size[nd->mb];
+    *out_dev = g->nodes[next].device;
+}

@@ -81,7 +81,10 @@ struct ps_node {
     uint64_t seq;      /* creation sequence number in its thread (G3) */
     double flops;      /* work of the node (whole micro-batch) */
     double bytes;      /* bytes moved (memory traffic, or link bytes for copies) */
-    int64_t act_bytes; /* activation bytes it allocates that live until its backward frees them */
+    int64_t act_bytes; /* change of its device's activation bytes when it ends (src/model.c
+                          "Activation memory"): F, R what they keep (less an input they free),
+                          B minus everything its micro-batch keeps on the partition;
+                          ps_node_mem gives the rest */
 };
 
 struct ps_edge {
@@ -184,6 +187,15 @@ struct ps_order {
     uint32_t *pos;    /* pos[node] = entry index, UINT32_MAX when the node never runs */
 };
 void ps_order_finish(struct ps_order *o); /* frees; accepts a zeroed struct */
+
+/* Sets act_bytes of every F, R and B of a graph with a model (src/model.c "Activation memory");
+ * the builders call it once fwd, rec and bwd are final. */
+void ps_graph_set_memory(struct ps_graph *g);
+
+/* Node v's activation memory beyond act_bytes: *tmp, the high-water above its device's bytes at
+ * its start while it runs; *out, for a forward task, the output it puts on the next partition's
+ * device *out_dev (-1 and 0 bytes when none). All 0 without a model. */
+void ps_node_mem(const struct ps_graph *g, uint32_t v, int64_t *tmp, int64_t *out, int *out_dev);
 
 /* Optimizer step cost of partition `part` (SGD: 2 FLOPs and 12 bytes per parameter). */
 void ps_node_set_optim_cost(struct ps_node *nd, const struct ps_model *model, int part);

@@ -25,9 +25,10 @@
  *
  * Saved for backward (per sample), as autograd keeps it: linear, conv2d, batchnorm keep their
  * input; relu keeps its output; dropout a 1-byte mask (CUDA's native_dropout; the CPU path keeps
- * a float mask); maxpool2d its input and int64 indices per output; flatten nothing. Tensors are
- * counted per layer that keeps them, so a relu output kept again as the next linear's input counts
- * twice. A layer that creates no autograd node keeps nothing.
+ * a float mask); maxpool2d its input and int64 indices per output; flatten nothing. saved_bytes
+ * counts tensors per layer that keeps them, so a relu output kept again as the next linear's input
+ * counts twice, and a layer that creates no autograd node keeps nothing; the activation memory of
+ * tasks (below, "Activation memory") counts each kept tensor once.
  *
  * Autograd nodes come from one table (autograd_nodes() below). A node exists only when some input
  * of the op requires grad: the model input does not, and the running tensor does from the first
@@ -257,6 +258,133 @@ static int fill_layer(const struct ps_spec *s, struct ps_diag *diag, int i, stru
     return 0;
 }
 
+/* ---- Activation memory ---------------------------------------------------------------------
+ *
+ * What a partition's tasks keep alive on its device, per sample (the graph builders multiply by
+ * the micro-batch size). Buffers are the tensors between layers: buffer b is layer b's input and
+ * layer b-1's output, 4 bytes per element; buffer L is the model output. A buffer exists from the
+ * layer that writes it until its last reader is done with it, and is counted once however many
+ * layers keep it (autograd saves the same tensor, not a copy):
+ *   A1. A forward with grad (F of a task that is not checkpointed, or R) keeps, until B(i,j) ends,
+ *       every buffer some layer's backward keeps (ps_layer_keeps) and each layer's extra saved
+ *       tensors; any other buffer goes as soon as the next layer has read it.
+ *   A2. A checkpointed F keeps only its input (for R); every intermediate goes once read.
+ *   A3. R re-runs the forward with grad from the kept input. It skips the partition's last layer
+ *       when nothing reads its output (ps_recompute_skips); otherwise that output is a scratch
+ *       buffer freed when R ends.
+ *   A4. F hands its output to the next partition's device (out_bytes, counted there from this F
+ *       on: torchgpipe copies it while the next device computes); the last partition's output is
+ *       consumed by the loss at the end of F.
+ *   A5. B(i,j) frees everything its micro-batch keeps on the partition, input included.
+ * Gradients (each lives inside one B), BN statistics (C floats) and kernel workspace are not
+ * counted. peak is the high-water above the start of the task, net the change at its end; they
+ * come from walking the layers in the order the executor allocates and frees (kernels/exec_cpu.c
+ * M1-M4 follows the same rules). */
+
+void ps_layer_keeps(const struct ps_layer *l, const struct ps_layer_info *li, struct ps_keeps *k)
+{
+    *k = (struct ps_keeps){false, false, 0};
+    switch (l->op) {
+    case PS_OP_LINEAR:    /* addmm saves mat1 */
+    case PS_OP_CONV2D:    /* convolution saves its input and weight */
+    case PS_OP_BATCHNORM: /* native_batch_norm saves its input (and C-float statistics) */
+        k->input = true;
+        break;
+    case PS_OP_RELU: /* threshold_backward(grad, result, 0) */
+        k->output = true;
+        break;
+    case PS_OP_MAXPOOL2D: /* max_pool2d_with_indices_backward(grad, self, ..., indices) */
+        k->input = true;
+        k->extra = 8 * li->out_numel;
+        break;
+    case PS_OP_DROPOUT: /* native_dropout's bool mask; p = 0 returns its input */
+        if (l->p > 0) k->extra = li->in_numel;
+        break;
+    case PS_OP_FLATTEN: /* a view */
+    case PS_OP__COUNT:
+        break;
+    }
+}
+
+int64_t ps_layer_kept_bytes(const struct ps_spec *s, const struct ps_model *m, int l)
+{
+    struct ps_keeps k;
+    ps_layer_keeps(&s->layers[l], &m->layers[l], &k);
+    return (k.input ? 4 * m->layers[l].in_numel : 0) + k.extra;
+}
+
+bool ps_recompute_skips(enum ps_op op)
+{
+    return op == PS_OP_CONV2D || op == PS_OP_LINEAR || op == PS_OP_RELU || op == PS_OP_FLATTEN;
+}
+
+bool ps_model_keeps_buffer(const struct ps_spec *s, const struct ps_model *m, int f, int e, int b)
+{
+    struct ps_keeps k;
+    if (b < e) {
+        ps_layer_keeps(&s->layers[b], &m->layers[b], &k);
+        if (k.input) return true;
+    }
+    if (b > f) {
+        ps_layer_keeps(&s->layers[b - 1], &m->layers[b - 1], &k);
+        if (k.output) return true;
+    }
+    if (b == e - 1) {
+        ps_layer_keeps(&s->layers[b], &m->layers[b], &k);
+        if (k.output) return true;
+    }
+    return false;
+}
+
+enum walk { WALK_FWD, WALK_CKPT, WALK_REC };
+
+static int64_t buf_bytes(const struct ps_model *m, int b)
+{
+    return 4 * (b < m->n_layers ? m->layers[b].in_numel : m->out_numel);
+}
+
+/* One task of partition j, layer by layer (A1-A4). At its start the device holds the partition's
+ * input when it is counted (in_bytes; for R always: the checkpointed F kept it). */
+static struct ps_task_mem walk_task(const struct ps_spec *s, const struct ps_model *m, int j,
+                                    enum walk w)
+{
+    const struct ps_partition_info *p = &m->parts[j];
+    int f = p->first, e = p->first + p->count;
+    bool grad = w != WALK_CKPT, last_part = j == m->n_partitions - 1;
+    bool in_counted = w == WALK_REC || f > 0;
+    int64_t cur = 0, peak = 0, scratch = 0;
+    for (int l = f; l < e; l++) {
+        bool last = l == e - 1;
+        if (last && w == WALK_REC && ps_recompute_skips(s->layers[l].op)) break;
+        if (last && w == WALK_REC) scratch = buf_bytes(m, e);
+        else if (!last || last_part) cur += buf_bytes(m, l + 1);
+        cur += scratch;
+        if (grad) {
+            struct ps_keeps k;
+            ps_layer_keeps(&s->layers[l], &m->layers[l], &k);
+            cur += k.extra;
+        }
+        if (cur > peak) peak = cur;
+        bool keep = grad ? ps_model_keeps_buffer(s, m, f, e, l) : l == f;
+        if (!keep && (l > f || in_counted)) cur -= buf_bytes(m, l);
+        if (keep && l == f && !in_counted) cur += buf_bytes(m, l);
+        if (cur > peak) peak = cur;
+    }
+    cur -= scratch;
+    if (w != WALK_REC && last_part) cur -= buf_bytes(m, e); /* the loss (A4) */
+    return (struct ps_task_mem){cur, peak};
+}
+
+static void task_memory(const struct ps_spec *s, struct ps_model *m, int j)
+{
+    struct ps_partition_info *p = &m->parts[j];
+    p->in_bytes = p->first > 0 ? buf_bytes(m, p->first) : 0;
+    p->out_bytes = j < m->n_partitions - 1 ? buf_bytes(m, p->first + p->count) : 0;
+    p->fwd = walk_task(s, m, j, WALK_FWD);
+    p->fwd_ckpt = walk_task(s, m, j, WALK_CKPT);
+    p->rec = walk_task(s, m, j, WALK_REC);
+}
+
 int ps_model_build(const struct ps_spec *s, struct ps_model **out, struct ps_diag *diag)
 {
     *out = NULL;
@@ -314,6 +442,7 @@ int ps_model_build(const struct ps_spec *s, struct ps_model **out, struct ps_dia
         if (p->count > 0 && p->first + p->count <= s->n_layers) {
             p->in_numel = m->layers[p->first].in_numel;
             p->out_numel = m->layers[p->first + p->count - 1].out_numel;
+            task_memory(s, m, j);
         }
     }
     *out = m;

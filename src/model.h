@@ -38,6 +38,19 @@ struct ps_layer_info {
     bool in_requires_grad;       /* some tensor feeding this layer requires grad */
 };
 
+/* What a layer's backward keeps from a forward with grad (model.c "Activation memory"). */
+struct ps_keeps {
+    bool input;     /* its input tensor */
+    bool output;    /* its output tensor */
+    int64_t extra;  /* bytes per sample of other saved tensors: pool indices, dropout mask */
+};
+
+/* One task's effect on its device's activation bytes, per sample. */
+struct ps_task_mem {
+    int64_t net;    /* change when the task ends (negative when it frees its input) */
+    int64_t peak;   /* high-water above the bytes at its start, reached while it runs (>= 0) */
+};
+
 struct ps_partition_info {
     int first, count;            /* layers [first, first+count) */
     double fwd_flops, fwd_bytes, bwd_flops, bwd_bytes; /* per sample */
@@ -46,6 +59,15 @@ struct ps_partition_info {
     int64_t saved_bytes;         /* per sample, all layers of the partition */
     int autograd_nodes;
     double fwd_param_bytes, bwd_param_bytes; /* per call (added by model.c) */
+    /* Activation memory of its tasks, per sample (model.c "Activation memory"): */
+    int64_t in_bytes;            /* its input, on its device from the previous partition's F on
+                                    (0 for the first partition: the mini-batch slice counts only
+                                    once a task keeps it) */
+    int64_t out_bytes;           /* its output, put on the next partition's device by F (0 for the
+                                    last partition: the loss consumes it inside F) */
+    struct ps_task_mem fwd;      /* F with grad (not checkpointed) */
+    struct ps_task_mem fwd_ckpt; /* checkpointed F (no grad) */
+    struct ps_task_mem rec;      /* R: the recompute of a checkpointed F */
 };
 
 struct ps_model {
@@ -59,6 +81,25 @@ struct ps_model {
 };
 
 int ps_model_build(const struct ps_spec *spec, struct ps_model **out, struct ps_diag *diag);
+
+/* What layer l keeps for its backward (the one table the executor and the model share). */
+void ps_layer_keeps(const struct ps_layer *l, const struct ps_layer_info *li, struct ps_keeps *k);
+
+/* Whether a forward with grad keeps buffer b (layer b's input, the output of layer b-1) of the
+ * partition [f, e) alive until the backward: layer b keeps its input, layer b-1 inside the
+ * partition keeps its output, or b is the input of the partition's last layer and that layer keeps
+ * its output (which leaves the device: its input, the same size, stands for it). */
+bool ps_model_keeps_buffer(const struct ps_spec *s, const struct ps_model *m, int f, int e, int b);
+
+/* Bytes per sample that a forward with grad keeps for layer l in any partition: its input when
+ * it keeps it, and its extra saved tensors. Summed over layers, a lower bound of what a partition
+ * keeps per micro-batch sample (a relu's output is left out: the next layer may keep the same
+ * tensor, and it is then counted there). */
+int64_t ps_layer_kept_bytes(const struct ps_spec *s, const struct ps_model *m, int l);
+
+/* Whether a recompute can skip the partition's last layer l: no side effect (running statistics,
+ * pool indices, dropout mask) and no backward reads its output. */
+bool ps_recompute_skips(enum ps_op op);
 void ps_model_destroy(struct ps_model *m); /* accepts NULL */
 
 #endif

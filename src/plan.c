@@ -345,11 +345,7 @@ int ps_plan_build(const struct ps_spec *spec, const struct ps_model *model,
                                   comp, -1, t);
                 g->fwd[c] = f;
                 g->nodes[f].checkpointed = ck;
-                if (pi) {
-                    ps_node_set_forward_work(&g->nodes[f], pi, bs);
-                    g->nodes[f].act_bytes = ck ? pi->in_numel * 4 * (int64_t)bs
-                                               : pi->saved_bytes * (int64_t)bs;
-                }
+                if (pi) ps_node_set_forward_work(&g->nodes[f], pi, bs);
                 if (out_copy) {
                     b.Wo[c] = node(&b, PS_NODE_WAIT, PS_PHASE_FWD, PS_ROLE_OUT, i, s, dev,
                                    cstream(&b, s, i), comp, t);
@@ -364,10 +360,7 @@ int ps_plan_build(const struct ps_spec *spec, const struct ps_model *model,
                     uint32_t r = node(&b, PS_NODE_RECOMPUTE, PS_PHASE_BWD, PS_ROLE_NONE, i, s, dev,
                                       comp, -1, t);
                     g->rec[c] = r;
-                    if (pi) {
-                        ps_node_set_forward_work(&g->nodes[r], pi, bs);
-                        g->nodes[r].act_bytes = pi->saved_bytes * (int64_t)bs;
-                    }
+                    if (pi) ps_node_set_forward_work(&g->nodes[r], pi, bs);
                 }
                 if (out_copy)
                     b.Wo2[c] = node(&b, PS_NODE_WAIT, PS_PHASE_BWD, PS_ROLE_OUT, i, s, dev, comp,
@@ -463,6 +456,7 @@ int ps_plan_build(const struct ps_spec *spec, const struct ps_model *model,
         }
         if (b.Wg[c] != PS_NONE) ps_graph_add_edge(g, B, b.Wg[c], PS_EDGE_DATA);
     }
+    ps_graph_set_memory(g);
     rc = ps_graph_finalize(g);
     if (rc) rc = ps_diag_set(diag, rc, where, "out of memory building the graph");
 out:

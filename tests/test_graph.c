@@ -263,10 +263,13 @@ static void test_cycle_reported(void **state)
     unload(&f);
 }
 
-/* Peak memory of one partition, checkpoint never, m = 4 micro-batches of 2 samples: all m
- * activations are alive when backward starts. Saved bytes per sample, by hand from what
- * PyTorch's autograd keeps: linear 4->4 keeps its input (4 floats, 16 B), relu its output
- * (4 floats, 16 B): 32 B per sample, 64 B per micro-batch, 4 x 64 = 256 B at the peak. */
+/* Peak memory of one partition [linear 4->4, relu], checkpoint never, m = 4 micro-batches of 2
+ * samples, worked by hand (src/model.c "Activation memory"). Per sample: the linear keeps its
+ * input (4 floats, 16 B); the relu keeps its output, which is the model output and leaves the
+ * partition, so its input (16 B, the same size) stands for it: 32 B per sample, 64 B per
+ * micro-batch kept until B. Inside F(i) the model output (2 x 4 floats = 32 B) lives until the
+ * loss at F's end. So when backward starts 4 x 64 = 256 B are kept, and the peak is inside F(3):
+ * 3 x 64 kept + 64 of its own + its 32 B output = 288 B. */
 static void test_memory_never(void **state)
 {
     (void)state;
@@ -277,25 +280,36 @@ static void test_memory_never(void **state)
     struct ps_analysis a;
     struct ps_diag d;
     assert_int_equal(ps_analysis_run(f.g, &f.o, NULL, &a, &d), 0);
-    assert_int_equal(a.mem[0].peak_bytes, 256);
+    assert_int_equal(a.mem[0].peak_bytes, 288);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(f.g->nodes[f.g->fwd[i]].act_bytes, 64);
+        assert_int_equal(f.g->nodes[f.g->bwd[i]].act_bytes, -64);
+    }
     ps_analysis_finish(&a);
     unload(&f);
 }
 
-/* Checkpointed activation bytes and peak memory, worked by hand. One partition
- * [linear 4->8, relu, linear 8->2], batch 4 in 2 micro-batches of 2 samples, one device.
- * Saved bytes per sample (what PyTorch's autograd keeps): linear 4->8 its input, 4 floats = 16 B;
- * relu its output, 8 floats = 32 B; linear 8->2 its input, 8 floats = 32 B: 80 B per sample.
- *   F(i,0) not checkpointed keeps 2 x 80 = 160 B until B(i,0) ends;
- *   F(i,0) checkpointed keeps only the checkpoint's input, 2 x 4 floats = 32 B (not its output,
- *          not the layers' saved tensors), until B(i,0) ends;
- *   R(i,0) rebuilds the saved tensors: 160 B, freed when B(i,0) ends.
+/* Activation bytes and peak memory, worked by hand (src/model.c "Activation memory"). One
+ * partition [linear 4->8, relu, linear 8->2], batch 4 in 2 micro-batches of 2 samples, one
+ * device. Buffers per sample: b0 the input (4 floats, 16 B), b1 the first linear's output (32 B),
+ * b2 the relu's output (32 B), b3 the model output (2 floats, 8 B).
+ *   F plain keeps b0 (the linear's input) and b2 (the relu's output, which is also the second
+ *          linear's input: one tensor, counted once): 48 B per sample, 96 B per micro-batch. While
+ *          it runs: b1 (32) then b0 kept (48), b2 (80, the high-water), b1 freed (48), b3 (56),
+ *          freed by the loss: net 96, peak 160 per micro-batch.
+ *   F checkpointed keeps only b0: net 32; the same high-water 160 (b0 + b1 + b2 at the relu).
+ *   R from b0: b1 (32), b2 (64, the high-water), b1 freed; it skips the last linear (nothing
+ *          reads its output): net 64, peak 128 per micro-batch.
+ *   B frees everything of its micro-batch: -96 (plain 96, or checkpointed 32 + R 64).
  * GPipe (F0 F1 | B1 R0 B0 with except_last; F0 F1 | R1 B1 R0 B0 with always):
- *   except_last: F0 32, F1 +160 = 192; B1 frees 160 -> 32; R0 +160 = 192; B0 frees all. Peak 192.
- *   always:      F0 32, F1 +32 = 64; R1 +160 = 224; B1 frees 192 -> 32; R0 +160 = 192. Peak 224.
- * 1F1B on one stage (F0 [R0] B0 F1 [R1] B1): at most one micro-batch alive:
- *   except_last: F0 32 + R0 160 = 192, then F1 160.   always: 32 + 160 = 192 for each. Peak 192.
- * The same peak holds in the engine-order analysis (`check`) and in the simulated timeline. */
+ *   except_last: F0 peak 160, then 32; F1 32 + 160 = 192, then 128; B1 32; R0 32 + 128 = 160.
+ *                Peak 192.
+ *   always:      F0 160 -> 32; F1 32 + 160 = 192 -> 64; R1 64 + 128 = 192 -> 128; B1 -> 32;
+ *                R0 160. Peak 192.
+ *   never:       F0 160 -> 96; F1 96 + 160 = 256 -> 192. Peak 256.
+ * 1F1B on one stage (F0 [R0] B0 F1 [R1] B1): one micro-batch alive at a time: peak 160.
+ * The same peak holds in the engine-order analysis (`check`) and in the simulated timeline,
+ * which holds a task's high-water from its start to its end. */
 static void test_checkpoint_bytes_and_peak(void **state)
 {
     (void)state;
@@ -303,11 +317,11 @@ static void test_checkpoint_bytes_and_peak(void **state)
         const char *sched, *ckpt;
         int64_t f0, f1, peak;
     } cases[] = {
-        {"gpipe", "except_last", 32, 160, 192},
-        {"gpipe", "always", 32, 32, 224},
-        {"gpipe", "never", 160, 160, 320},
-        {"1f1b", "except_last", 32, 160, 192},
-        {"1f1b", "always", 32, 32, 192},
+        {"gpipe", "except_last", 32, 96, 192},
+        {"gpipe", "always", 32, 32, 192},
+        {"gpipe", "never", 96, 96, 256},
+        {"1f1b", "except_last", 32, 96, 160},
+        {"1f1b", "always", 32, 32, 160},
     };
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
         char json[1024];
@@ -334,8 +348,10 @@ static void test_checkpoint_bytes_and_peak(void **state)
                      cases[c].ckpt, (long long)g->nodes[g->fwd[0]].act_bytes,
                      (long long)g->nodes[g->fwd[1]].act_bytes, (long long)cases[c].f0,
                      (long long)cases[c].f1);
-        for (int i = 0; i < 2; i++)
-            if (g->rec[i] != PS_NONE) assert_int_equal(g->nodes[g->rec[i]].act_bytes, 160);
+        for (int i = 0; i < 2; i++) {
+            if (g->rec[i] != PS_NONE) assert_int_equal(g->nodes[g->rec[i]].act_bytes, 64);
+            assert_int_equal(g->nodes[g->bwd[i]].act_bytes, -96);
+        }
         struct ps_analysis a;
         assert_int_equal(ps_analysis_run(f.g, &f.o, NULL, &a, &d), 0);
         if (a.mem[0].peak_bytes != cases[c].peak)

@@ -693,7 +693,7 @@ static void pool_case(const char *name)
     size_t ny = ia->numel;
     assert_int_equal(ny, s.n * s.c * ps_cpu_maxpool2d_out_h(&s) * ps_cpu_maxpool2d_out_w(&s));
     float *y = zeros(ny), *dx = zeros(xa->numel);
-    int32_t *idx = calloc(ny, sizeof(int32_t));
+    int64_t *idx = calloc(ny, sizeof(int64_t));
     assert_int_equal(ps_cpu_maxpool2d_forward(&s, xa->u.f32, y, idx, NULL), 0);
     check(name, y, G("%s_y", name), ny, false);
     for (size_t i = 0; i < ny; i++) assert_int_equal(idx[i], ia->u.i64[i]);
@@ -723,12 +723,12 @@ static void test_maxpool2d_ties_nan(void **state)
         x[w + k] = 5.0f;
         struct ps_pool2d_shape s = {1, 1, k, w, k, k, 0};
         float y[2];
-        int32_t idx[2];
+        int64_t idx[2];
         assert_int_equal(ps_cpu_maxpool2d_forward(&s, x, y, idx, NULL), 0);
         assert_true(y[0] == 1.0f);
         assert_int_equal(idx[0], 0);
         assert_true(isnan(y[1]));
-        assert_int_equal(idx[1], (int32_t)(k + 1));
+        assert_int_equal(idx[1], (int64_t)(k + 1));
         for (size_t i = 0; i < k * w; i++) x[i] = -INFINITY;
         x[1] = 2.0f;
         assert_int_equal(ps_cpu_maxpool2d_forward(&s, x, y, idx, NULL), 0);

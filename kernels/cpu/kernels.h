@@ -126,12 +126,13 @@ struct ps_pool2d_shape {
 size_t ps_cpu_maxpool2d_out_h(const struct ps_pool2d_shape *s);
 size_t ps_cpu_maxpool2d_out_w(const struct ps_pool2d_shape *s);
 /* idx (may be NULL) receives, per output, the flat index h*W+w of the max inside its input plane,
- * like PyTorch's return_indices. Ties keep the first in scan order; NaN wins. */
+ * like PyTorch's return_indices (int64, as PyTorch keeps them for backward). Ties keep the first
+ * in scan order; NaN wins. */
 int ps_cpu_maxpool2d_forward(const struct ps_pool2d_shape *s, const float *x, float *y,
-                             int32_t *idx, struct ps_diag *d);
+                             int64_t *idx, struct ps_diag *d);
 /* dx overwritten: zero, then dy scattered (added) to the recorded indices. */
 void ps_cpu_maxpool2d_backward(const struct ps_pool2d_shape *s, const float *dy,
-                               const int32_t *idx, float *dx);
+                               const int64_t *idx, float *dx);
 
 /* ---- batchnorm (batchnorm.c): 1d [N,C] (spatial 1) and 2d [N,C,H,W] (spatial H*W) ---------- */
 

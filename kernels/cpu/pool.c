@@ -4,7 +4,8 @@
  * Invariants:
  *  1. Padding behaves as -inf: it never wins, and every window holds at least one real element
  *     (checked: padding <= kernel/2, PyTorch's own rule).
- *  2. idx records the winner as a flat h*W+w index inside its input plane (PyTorch's indices);
+ *  2. idx records the winner as a flat h*W+w index inside its input plane (PyTorch's int64
+ *     indices);
  *     ties keep the first element in row-major scan order; a NaN wins and stays.
  *  3. Backward zeroes dx and ADDS dy at each recorded index, so overlapping windows
  *     (stride < kernel) that picked the same input sum their gradients.
@@ -44,7 +45,7 @@ static inline void consider(float v, uint32_t k, float *best, uint32_t *bi)
 }
 
 /* The common 2x2, stride 2, no padding pool of one plane. */
-static void pool2x2(const float *xp, size_t w, size_t oh_n, size_t ow_n, float *yp, int32_t *ip)
+static void pool2x2(const float *xp, size_t w, size_t oh_n, size_t ow_n, float *yp, int64_t *ip)
 {
     for (size_t oh = 0; oh < oh_n; oh++) {
         const float *r0 = xp + 2 * oh * w, *r1 = r0 + w;
@@ -57,13 +58,13 @@ static void pool2x2(const float *xp, size_t w, size_t oh_n, size_t ow_n, float *
             consider(r1[c], k1 + c, &best, &bi);
             consider(r1[c + 1], k1 + c + 1, &best, &bi);
             yp[oh * ow_n + ow] = best;
-            if (ip) ip[oh * ow_n + ow] = (int32_t)bi;
+            if (ip) ip[oh * ow_n + ow] = (int64_t)bi;
         }
     }
 }
 
 int ps_cpu_maxpool2d_forward(const struct ps_pool2d_shape *s, const float *x, float *y,
-                             int32_t *idx, struct ps_diag *d)
+                             int64_t *idx, struct ps_diag *d)
 {
     if (s->kernel == 0 || s->stride == 0)
         return ps_diag_set(d, -EINVAL, "maxpool2d", "kernel and stride must be at least 1");
@@ -81,7 +82,7 @@ int ps_cpu_maxpool2d_forward(const struct ps_pool2d_shape *s, const float *x, fl
     for (size_t pl = 0; pl < s->n * s->c; pl++) {
         const float *xp = x + pl * s->h * s->w;
         float *yp = y + pl * oh_n * ow_n;
-        int32_t *ip = idx ? idx + pl * oh_n * ow_n : NULL;
+        int64_t *ip = idx ? idx + pl * oh_n * ow_n : NULL;
         if (s->kernel == 2 && s->stride == 2 && s->padding == 0) {
             pool2x2(xp, s->w, oh_n, ow_n, yp, ip);
             continue;
@@ -104,7 +105,7 @@ int ps_cpu_maxpool2d_forward(const struct ps_pool2d_shape *s, const float *x, fl
                         consider(xp[k], (uint32_t)k, &best, &bi);
                     }
                 yp[oh * ow_n + ow] = best;
-                if (ip) ip[oh * ow_n + ow] = (int32_t)bi;
+                if (ip) ip[oh * ow_n + ow] = (int64_t)bi;
             }
         }
     }
@@ -112,7 +113,7 @@ int ps_cpu_maxpool2d_forward(const struct ps_pool2d_shape *s, const float *x, fl
 }
 
 void ps_cpu_maxpool2d_backward(const struct ps_pool2d_shape *s, const float *dy,
-                               const int32_t *idx, float *dx)
+                               const int64_t *idx, float *dx)
 {
     size_t plane = s->h * s->w, op = ps_cpu_maxpool2d_out_h(s) * ps_cpu_maxpool2d_out_w(s);
     memset(dx, 0, s->n * s->c * plane * sizeof(float));

@@ -217,11 +217,6 @@ static int build(const struct ps_spec *spec, const struct ps_model *model,
                             b.compute[dj], k);
             g->nodes[f].checkpointed = ck;
             set_costs(&b, f, i, j);
-            if (model) {
-                const struct ps_partition_info *p = &model->parts[j];
-                g->nodes[f].act_bytes = ck ? p->in_numel * 4 * b.mb_size[i]
-                                           : p->saved_bytes * b.mb_size[i];
-            }
             tin[(size_t)i * n + j] = b.cur[i];
             ps_graph_add_edge(g, b.cur[i], f, PS_EDGE_DATA);
             ps_graph_add_edge(g, issue, f, PS_EDGE_HOST);
@@ -259,7 +254,6 @@ static int build(const struct ps_spec *spec, const struct ps_model *model,
                 b.cur[i] = rj;
                 g->rec[(size_t)i * n + j] = r;
                 set_costs(&b, r, i, j);
-                if (model) g->nodes[r].act_bytes = model->parts[j].saved_bytes * b.mb_size[i];
             }
         }
     }
@@ -372,6 +366,7 @@ static int build(const struct ps_spec *spec, const struct ps_model *model,
     free(b.compute);
     free(tin);
 #undef HOST_CHAIN
+    ps_graph_set_memory(g);
     int rc = ps_graph_finalize(g);
     if (rc) {
         ps_graph_destroy(g);

@@ -230,12 +230,13 @@ static int sim_one(struct ctx *c, int sched, int vs, int S, const int *bal, int 
     return rc;
 }
 
-/* mem per layer with k micro-batches of mb samples in flight */
+/* mem per layer with k micro-batches of mb samples in flight: a lower bound of what a stage of
+ * these layers holds (ps_layer_kept_bytes), so a balance it rules out cannot fit */
 static void layer_mem(struct ctx *c, double mb, double k)
 {
     for (int l = 0; l < c->L; l++)
         c->mem[l] = 8.0 * (double)c->model->layers[l].params +
-                    (double)c->model->layers[l].saved_bytes * mb * k;
+                    (double)ps_layer_kept_bytes(c->spec, c->model, l) * mb * k;
 }
 
 static void predict_drift(const struct ctx *c, int chunks, enum ps_checkpoint ck,
