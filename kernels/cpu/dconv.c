@@ -561,43 +561,64 @@ static void *wwork_main(void *arg)
     struct wwork *wk = arg;
     const struct gprob *g = wk->g;
     size_t k = g->ci * g->kh * g->kw, plane = g->oh * g->ow, np = round_up(g->co, TO) / TO;
-    size_t cs = g->ci * g->irows * g->pw;
-    float *xs = aligned_alloc(64, round_up(cs * sizeof(float), 64));
-    float *dyt = aligned_alloc(64, KC * TO * sizeof(float));
+    size_t cs = g->ci * g->irows * g->pw, G = g->group;
+    /* a chunk: G whole samples, or WCHUNK positions of one sample; its blocks: KC positions of
+     * one sample from a multiple of KC */
+    size_t span = G > 1 || plane <= WCHUNK ? plane : WCHUNK;
+    size_t nblk_max = G * ((span + KC - 1) / KC);
+    float *xs = aligned_alloc(64, round_up(G * cs * sizeof(float), 64));
+    float *dyt = aligned_alloc(64, nblk_max * KC * TO * sizeof(float));
     float *tile = aligned_alloc(64, TQ * TO * sizeof(float));
-    uint32_t *qin = malloc(WCHUNK * sizeof(uint32_t));
+    uint32_t *qin = malloc(G * span * sizeof(uint32_t));
     uint32_t *poff = malloc(round_up(k, TQ) * sizeof(uint32_t));
-    if (!xs || !dyt || !tile || !qin || !poff) {
+    size_t *blk = malloc(nblk_max * 3 * sizeof(size_t)); /* sample, first position, count */
+    if (!xs || !dyt || !tile || !qin || !poff || !blk) {
         wk->rc = -ENOMEM;
         goto out;
     }
     tap_offsets(g, poff);
     for (size_t p = k; p < round_up(k, TQ); p++)
         poff[p] = poff[k - 1]; /* unused taps of the last tile */
-    for (size_t n = 0; n < g->n; n++)
-        for (size_t qa = 0; qa < plane; qa += WCHUNK) {
-            size_t qb = plane - qa < WCHUNK ? plane : qa + WCHUNK;
-            size_t r0 = qa / g->ow, nr = (qb - 1) / g->ow - r0 + 1;
-            fill_rows(g, n, r0, nr, xs);
-            for (size_t q = qa; q < qb; q++)
-                qin[q - qa] = (uint32_t)((q / g->ow - r0) * g->st * g->pw + q % g->ow * g->st);
+    for (size_t n0 = 0; n0 < g->n; n0 += G)
+        for (size_t qa = 0; qa < plane; qa += span) {
+            size_t ng = g->n - n0 < G ? g->n - n0 : G;
+            size_t qb = plane - qa < span ? plane : qa + span;
+            size_t r0 = qa / g->ow, nr = (qb - 1) / g->ow - r0 + 1, nq = 0, nb = 0;
+            for (size_t sm = 0; sm < ng; sm++) {
+                fill_rows(g, n0 + sm, r0, nr, xs + sm * cs);
+                for (size_t b0 = qa; b0 < qb; b0 += KC) {
+                    size_t cnt = qb - b0 < KC ? qb - b0 : KC;
+                    blk[3 * nb] = n0 + sm, blk[3 * nb + 1] = nq, blk[3 * nb + 2] = b0;
+                    nb++;
+                    for (size_t q = b0; q < b0 + cnt; q++)
+                        qin[nq++] = (uint32_t)(sm * cs + (q / g->ow - r0) * g->st * g->pw +
+                                               q % g->ow * g->st);
+                }
+            }
             for (size_t sp = 0; sp < np; sp++) {
                 size_t o0 = sp * TO, nj = g->co - o0 < TO ? g->co - o0 : TO;
-                for (size_t b0 = qa; b0 < qb; b0 += KC) {
-                    size_t nq = qb - b0 < KC ? qb - b0 : KC;
+                for (size_t b = 0; b < nb; b++) {
+                    size_t n = blk[3 * b], b0 = blk[3 * b + 2];
+                    size_t cnt = qb - b0 < KC ? qb - b0 : KC;
+                    float *d = dyt + b * KC * TO;
                     for (size_t j = 0; j < TO; j++) {
                         const float *src = wk->dy + (n * g->co + o0 + j) * plane + b0;
-                        for (size_t q = 0; q < nq; q++)
-                            dyt[q * TO + j] = j < nj ? src[q] : 0.0f;
+                        for (size_t q = 0; q < cnt; q++)
+                            d[q * TO + j] = j < nj ? src[q] : 0.0f;
                     }
+                }
 #if HAVE_DCONV
-                    for (size_t t = wk->t_lo; t < wk->t_hi; t++) {
-                        size_t p0 = t * TQ, nt = k - p0 < TQ ? k - p0 : TQ;
-                        wtile_kernel(nq, xs, qin + (b0 - qa), poff + p0, dyt, tile);
+                /* a tile's blocks one after the other: its 8 x 32 piece of dw stays in L1 */
+                for (size_t t = wk->t_lo; t < wk->t_hi; t++) {
+                    size_t p0 = t * TQ, nt = k - p0 < TQ ? k - p0 : TQ;
+                    for (size_t b = 0; b < nb; b++) {
+                        size_t b0 = blk[3 * b + 2], cnt = qb - b0 < KC ? qb - b0 : KC;
+                        wtile_kernel(cnt, xs, qin + blk[3 * b + 1], poff + p0, dyt + b * KC * TO,
+                                     tile);
                         wtile_add(tile, nt, nj, o0, p0, k, wk->dw);
                     }
-#endif
                 }
+#endif
             }
         }
 out:
@@ -606,6 +627,7 @@ out:
     free(tile);
     free(qin);
     free(poff);
+    free(blk);
     return NULL;
 }
 
@@ -614,12 +636,15 @@ int ps_cpu_dconv_dw(const struct ps_conv2d_shape *s, const float *x, const float
     struct gprob g = {.n = s->n, .ci = s->c_in, .h = s->h, .w = s->w, .co = s->c_out,
                       .kh = s->kh, .kw = s->kw, .st = s->stride, .pad = s->padding,
                       .oh = ps_cpu_conv2d_out_h(s), .ow = ps_cpu_conv2d_out_w(s), .img = x};
-    /* a chunk of WCHUNK positions spans at most this many output rows */
-    size_t rows = (WCHUNK + g.ow - 2) / g.ow + 1;
-    if (rows > g.oh) rows = g.oh;
+    /* whole samples, as many as fit WCHUNK positions; or chunks of WCHUNK positions of one
+     * sample, spanning at most this many output rows */
+    size_t plane = g.oh * g.ow, rows = (WCHUNK + g.ow - 2) / g.ow + 1;
+    g.group = plane <= WCHUNK ? WCHUNK / plane : 1;
+    if (g.group > g.n) g.group = g.n;
+    if (plane <= WCHUNK || rows > g.oh) rows = g.oh;
     g.irows = (rows - 1) * g.st + g.kh;
     g.pw = g.w + 2 * g.pad;
-    if (g.ci * g.irows * g.pw >= ((size_t)1 << 32)) return -EOVERFLOW;
+    if (g.group * g.ci * g.irows * g.pw >= ((size_t)1 << 32)) return -EOVERFLOW;
     size_t k = g.ci * g.kh * g.kw, tiles = (k + TQ - 1) / TQ;
     size_t work = g.n * g.oh * g.ow * g.co * k;
     size_t nt = work >= PAR_MIN_WORK ? (size_t)ps_cpu_threads() : 1;
