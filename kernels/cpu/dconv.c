@@ -204,6 +204,30 @@ tile_kernel(size_t kc, const float *xs, const uint32_t *qin, const uint32_t *pof
     }
 }
 
+/* An 8 x 8 block transposed: col[j][i] = base[i * stride + j]. */
+AVX512_TARGET static inline __attribute__((always_inline)) void transpose8(const float *base,
+                                                                           size_t stride,
+                                                                           __m256 col[8])
+{
+    __m256 r[8], t[8], u[8];
+    for (int i = 0; i < 8; i++)
+        r[i] = _mm256_loadu_ps(base + i * stride);
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int h = 0; h < 8; h += 4) {
+        u[h] = _mm256_shuffle_ps(t[h], t[h + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        u[h + 1] = _mm256_shuffle_ps(t[h], t[h + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        u[h + 2] = _mm256_shuffle_ps(t[h + 1], t[h + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        u[h + 3] = _mm256_shuffle_ps(t[h + 1], t[h + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int j = 0; j < 4; j++) {
+        col[j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x20);
+        col[j + 4] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x31);
+    }
+}
+
 /* out[o, qout[q0 + i]] = cb[q0 + i, j] (+ bias[o]) for the tile's 8 positions and the panel's nj
  * channels o = o0 + j: four 8 x 8 transposes when the 8 outputs of a channel are adjacent (the
  * tile does not cross a sample), one element at a time otherwise. Same additions either way. */
@@ -212,25 +236,11 @@ AVX512_TARGET static void tile_store(const float *cb, const size_t *qout, size_t
 {
     if (nvalid == TQ && qout[TQ - 1] - qout[0] == TQ - 1) {
         for (size_t jb = 0; jb < nj; jb += 8) {
-            __m256 r[8], t[8], u[8];
-            for (int i = 0; i < 8; i++)
-                r[i] = _mm256_load_ps(cb + i * TO + jb);
-            for (int i = 0; i < 8; i += 2) {
-                t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-                t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-            }
-            for (int h = 0; h < 8; h += 4) {
-                u[h] = _mm256_shuffle_ps(t[h], t[h + 2], _MM_SHUFFLE(1, 0, 1, 0));
-                u[h + 1] = _mm256_shuffle_ps(t[h], t[h + 2], _MM_SHUFFLE(3, 2, 3, 2));
-                u[h + 2] = _mm256_shuffle_ps(t[h + 1], t[h + 3], _MM_SHUFFLE(1, 0, 1, 0));
-                u[h + 3] = _mm256_shuffle_ps(t[h + 1], t[h + 3], _MM_SHUFFLE(3, 2, 3, 2));
-            }
+            __m256 col[8];
+            transpose8(cb + jb, TO, col);
             for (size_t j = 0; j < 8 && jb + j < nj; j++) {
-                /* column j of the 8 x 8 block: positions 0-3 in u[j % 4] of the first four rows,
-                 * 4-7 in u[4 + j % 4]; the 128-bit lane is j / 4 */
-                __m256 v = j < 4 ? _mm256_permute2f128_ps(u[j], u[4 + j], 0x20)
-                                 : _mm256_permute2f128_ps(u[j - 4], u[j], 0x31);
                 size_t o = o0 + jb + j;
+                __m256 v = col[j];
                 if (bias) v = _mm256_add_ps(v, _mm256_set1_ps(bias[o]));
                 _mm256_storeu_ps(out + o * plane + qout[0], v);
             }
@@ -473,33 +483,11 @@ struct wwork {
 };
 
 #if HAVE_DCONV
-/* The 8 x 8 block of columns jb..jb+7 of a tile stored as 8 rows of TO floats, transposed:
- * col[j][i] = rows[i * TO + jb + j]. */
-AVX512_TARGET static inline __attribute__((always_inline)) void transpose8(const float *rows,
-                                                                           size_t jb,
-                                                                           __m256 col[8])
-{
-    __m256 r[8], t[8], u[8];
-    for (int i = 0; i < 8; i++)
-        r[i] = _mm256_load_ps(rows + i * TO + jb);
-    for (int i = 0; i < 8; i += 2) {
-        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int h = 0; h < 8; h += 4) {
-        u[h] = _mm256_shuffle_ps(t[h], t[h + 2], _MM_SHUFFLE(1, 0, 1, 0));
-        u[h + 1] = _mm256_shuffle_ps(t[h], t[h + 2], _MM_SHUFFLE(3, 2, 3, 2));
-        u[h + 2] = _mm256_shuffle_ps(t[h + 1], t[h + 3], _MM_SHUFFLE(1, 0, 1, 0));
-        u[h + 3] = _mm256_shuffle_ps(t[h + 1], t[h + 3], _MM_SHUFFLE(3, 2, 3, 2));
-    }
-    for (int j = 0; j < 4; j++) {
-        col[j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x20);
-        col[j + 4] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x31);
-    }
-}
 
 /* acc[i][0..31] = sum over the block's nq positions of img(q, tap i) * dyt[q][0..31], a chain of
- * fused multiply-adds from +0 in position order; stored to tile[i * TO ...]. */
+ * fused multiply-adds from +0 in position order; then tile[i] = tile[i] + acc[i]: the tile holds
+ * its piece of dw (transposed) while the blocks are added one by one, as the sgemm's beta = 1
+ * write-back c + 1 * acc does per block. */
 AVX512_TARGET static void wtile_kernel(size_t nq, const float *xs, const uint32_t *qin,
                                        const uint32_t *taps, const float *dyt, float *tile)
 {
@@ -529,30 +517,47 @@ AVX512_TARGET static void wtile_kernel(size_t nq, const float *xs, const uint32_
     }
     _Pragma("GCC unroll 8") for (int i = 0; i < TQ; i++)
     {
-        _mm512_store_ps(tile + i * TO, acc[i][0]);
-        _mm512_store_ps(tile + i * TO + 16, acc[i][1]);
+        float *t = tile + i * TO;
+        _mm512_store_ps(t, _mm512_add_ps(_mm512_load_ps(t), acc[i][0]));
+        _mm512_store_ps(t + 16, _mm512_add_ps(_mm512_load_ps(t + 16), acc[i][1]));
     }
 }
 
-/* dw[o0 + j, p0 + i] += tile[i][j] for the tile's nt taps and nj channels (c + acc, as the
- * sgemm's beta = 1 write-back): transposed 8 x 8 at a time when all 8 taps are there. */
-AVX512_TARGET static void wtile_add(const float *tile, size_t nt, size_t nj, size_t o0, size_t p0,
-                                    size_t k, float *dw)
+/* Between a tap tile's piece of dw (channels o0.., taps p0..) and the tile layout
+ * tile[i * TO + j] = dw[o0 + j, p0 + i]: in (to_dw false) or out (true); 8 x 8 transposes when
+ * the tile has all 8 taps, one element at a time otherwise. Channels past nj are zero in. */
+AVX512_TARGET static void wtile_move(float *tile, size_t nt, size_t nj, size_t o0, size_t p0,
+                                     size_t k, float *dw, bool to_dw)
 {
+    if (!to_dw) memset(tile, 0, TQ * TO * sizeof(float));
     if (nt == TQ) {
         for (size_t jb = 0; jb < nj; jb += 8) {
             __m256 col[8];
-            transpose8(tile, jb, col);
-            for (size_t j = 0; j < 8 && jb + j < nj; j++) {
-                float *d = dw + (o0 + jb + j) * k + p0;
-                _mm256_storeu_ps(d, _mm256_add_ps(_mm256_loadu_ps(d), col[j]));
+            size_t nb = nj - jb < 8 ? nj - jb : 8;
+            if (to_dw) {
+                transpose8(tile + jb, TO, col);
+                for (size_t j = 0; j < nb; j++)
+                    _mm256_storeu_ps(dw + (o0 + jb + j) * k + p0, col[j]);
+            } else if (nb == 8) {
+                transpose8(dw + (o0 + jb) * k + p0, k, col);
+                for (size_t i = 0; i < TQ; i++)
+                    _mm256_store_ps(tile + i * TO + jb, col[i]);
+            } else {
+                for (size_t j = 0; j < nb; j++)
+                    for (size_t i = 0; i < TQ; i++)
+                        tile[i * TO + jb + j] = dw[(o0 + jb + j) * k + p0 + i];
             }
         }
         return;
     }
     for (size_t j = 0; j < nj; j++)
-        for (size_t i = 0; i < nt; i++)
-            dw[(o0 + j) * k + p0 + i] += tile[i * TO + j];
+        for (size_t i = 0; i < nt; i++) {
+            float *d = dw + (o0 + j) * k + p0 + i;
+            if (to_dw)
+                *d = tile[i * TO + j];
+            else
+                tile[i * TO + j] = *d;
+        }
 }
 #endif
 
@@ -611,12 +616,13 @@ static void *wwork_main(void *arg)
                 /* a tile's blocks one after the other: its 8 x 32 piece of dw stays in L1 */
                 for (size_t t = wk->t_lo; t < wk->t_hi; t++) {
                     size_t p0 = t * TQ, nt = k - p0 < TQ ? k - p0 : TQ;
+                    wtile_move(tile, nt, nj, o0, p0, k, wk->dw, false);
                     for (size_t b = 0; b < nb; b++) {
                         size_t b0 = blk[3 * b + 2], cnt = qb - b0 < KC ? qb - b0 : KC;
                         wtile_kernel(cnt, xs, qin + blk[3 * b + 1], poff + p0, dyt + b * KC * TO,
                                      tile);
-                        wtile_add(tile, nt, nj, o0, p0, k, wk->dw);
                     }
+                    wtile_move(tile, nt, nj, o0, p0, k, wk->dw, true);
                 }
 #endif
             }
