@@ -481,7 +481,8 @@ int ps_calibrate_runs(const struct ps_calib_run *runs, int n, enum ps_calib_loss
     int P = cO + n;
     struct lsq q = {.np = P};
     double *x = calloc((size_t)P, sizeof(double)), *wt = NULL, *N = NULL, *inv = NULL, *var = NULL;
-    bool *used = calloc((size_t)P, sizeof(bool));
+    double *freev = NULL;
+    bool *used = calloc((size_t)P, sizeof(bool)), *pinned = NULL;
     uint32_t *rm = NULL;
     int rc = 0;
     uint32_t n_task_rows = 0;
@@ -532,8 +533,27 @@ int ps_calibrate_runs(const struct ps_calib_run *runs, int n, enum ps_calib_loss
         goto out;
     }
     if (!(wt = malloc(((size_t)q.n_rows + 1) * sizeof(double)))) goto nomem;
-    int rank = irls_solve(&q, loss == PS_CAL_MEAN ? 1 : 30, x, used, wt);
-    if (rank < 0) goto nomem;
+    /* fixed costs, the copy latency and the launch overhead cannot be negative: a column whose
+       fit comes out negative is pinned at 0 (its entries cleared in every row) and the fit is
+       redone without it, until none is (an active set: each round pins one more column, the
+       most negative relative to its standard scale, so at most P rounds) */
+    if (!(pinned = calloc((size_t)P, sizeof(bool))) || !(freev = malloc((size_t)P * sizeof(double))))
+        goto nomem;
+    int rank;
+    for (int c = 0; c < P; c++) freev[c] = NAN;
+    for (;;) {
+        rank = irls_solve(&q, loss == PS_CAL_MEAN ? 1 : 30, x, used, wt);
+        if (rank < 0) goto nomem;
+        int worst = -1;
+        for (int c = 0; c < P; c++) {
+            bool cons = (c >= cFa && c < cU) || c == cL || c == cH;
+            if (cons && used[c] && x[c] < 0 && (worst < 0 || x[c] < x[worst])) worst = c;
+        }
+        if (worst < 0) break;
+        pinned[worst] = true;
+        freev[worst] = x[worst];
+        for (uint32_t k = 0; k < q.n_rows; k++) q.rows[(size_t)k * (size_t)(P + 1) + worst] = 0;
+    }
     /* residuals, outliers and the covariance over the final weights: the sandwich
        (X'WX)^-1 (sum w^2 r^2 x x') (X'WX)^-1 x n / (n - rank), so rows of different kinds and
        scales (durations of us, starts of ms) each bring their own spread */
@@ -584,7 +604,8 @@ int ps_calibrate_runs(const struct ps_calib_run *runs, int n, enum ps_calib_loss
     for (int t = 0; t < PS_CALT__COUNT; t++) {
         out->term[t] = malloc(((size_t)np_ + 1) * sizeof(double));
         out->term_sd[t] = malloc(((size_t)np_ + 1) * sizeof(double));
-        if (!out->term[t] || !out->term_sd[t]) goto nomem;
+        out->term_free[t] = malloc(((size_t)np_ + 1) * sizeof(double));
+        if (!out->term[t] || !out->term_sd[t] || !out->term_free[t]) goto nomem;
         for (int j = 0; j < np_; j++) {
             int c = t == PS_CALT_FWD_FIXED    ? cFa + j
                     : t == PS_CALT_FWD_SAMPLE ? cFb + j
@@ -592,15 +613,17 @@ int ps_calibrate_runs(const struct ps_calib_run *runs, int n, enum ps_calib_loss
                     : t == PS_CALT_BWD_SAMPLE ? cBb + j
                     : t == PS_CALT_REC_FIXED  ? cRa + j
                                               : cRb + j;
-            out->term[t][j] = used[c] ? x[c] : NAN;
-            out->term_sd[t][j] = used[c] ? sqrt(var[c]) : NAN;
+            out->term[t][j] = used[c] ? x[c] : pinned[c] ? 0 : NAN;
+            out->term_sd[t][j] = used[c] ? sqrt(var[c]) : pinned[c] ? 0 : NAN;
+            out->term_free[t][j] = freev[c];
         }
     }
     int cpar[PS_CAL_OFFSET] = {cU, cL, cH};
     for (int k = 0; k < PS_CAL_OFFSET; k++) {
         int c = cpar[k];
-        out->fitted[k] = used[c] && (k != PS_CAL_BANDWIDTH || x[c] > 0);
-        double sd = used[c] ? sqrt(var[c]) : NAN;
+        out->fitted[k] = (used[c] || pinned[c]) && (k != PS_CAL_BANDWIDTH || x[c] > 0);
+        out->free_value[k] = freev[c];
+        double sd = used[c] ? sqrt(var[c]) : pinned[c] ? 0 : NAN;
         if (k == PS_CAL_BANDWIDTH) {
             out->value[k] = out->fitted[k] ? 1e6 / x[c] : NAN;
             out->sd[k] = out->fitted[k] ? 1e6 * sd / (x[c] * x[c]) : NAN;
@@ -658,6 +681,8 @@ out:
     free(N);
     free(inv);
     free(var);
+    free(pinned);
+    free(freev);
     if (rc) ps_calib_fit_finish(out);
     return rc;
 }
@@ -669,6 +694,7 @@ void ps_calib_fit_finish(struct ps_calib_fit *f)
     for (int t = 0; t < PS_CALT__COUNT; t++) {
         free(f->term[t]);
         free(f->term_sd[t]);
+        free(f->term_free[t]);
     }
     memset(f, 0, sizeof(*f));
 }

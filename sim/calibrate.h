@@ -65,7 +65,10 @@ void ps_calib_finish(struct ps_calib *c); /* accepts a zeroed struct */
  * error of each parameter is the square root of the diagonal of the sandwich covariance
  * (X'WX)^-1 (sum_k w_k^2 r_k^2 x_k x_k') (X'WX)^-1 n / (n - rank) over the final IRLS weights w
  * and residuals r (rows of different kinds and scales keep their own spread): 0 for data the
- * model fits exactly. Per-layer costs: a partition's
+ * model fits exactly. The fixed terms (Fa, Ba), the copy latency and the launch overhead are
+ * constrained to be >= 0: a negative one (a per-sample cost that grows with the micro-batch
+ * size, read by a straight line through two sizes, crosses zero above s = 0) is pinned at 0 and
+ * the rest refitted without it (term_free keeps what it was). Per-layer costs: a partition's
  * per-sample terms split in proportion to its layers' roofline times, its fixed terms in equal
  * parts (the trace has one range per partition task, so the layers inside it are not seen). */
 enum ps_calib_term { PS_CALT_FWD_FIXED, PS_CALT_FWD_SAMPLE, PS_CALT_BWD_FIXED, PS_CALT_BWD_SAMPLE,
@@ -83,8 +86,12 @@ struct ps_calib_fit {
     int n_parts, n_runs;
     double *term[PS_CALT__COUNT];            /* per partition, us; NaN = not identifiable */
     double *term_sd[PS_CALT__COUNT];         /* standard error, us */
+    double *term_free[PS_CALT__COUNT];       /* a fixed term pinned at 0: what the fit without
+                                                the constraint gave (< 0); NaN: not pinned */
     bool fitted[PS_CAL_OFFSET];              /* copy bandwidth, latency, launch overhead */
     double value[PS_CAL_OFFSET], sd[PS_CAL_OFFSET]; /* bytes/s, us, us */
+    double free_value[PS_CAL_OFFSET];        /* latency or launch overhead pinned at 0: the
+                                                unconstrained value; NaN: not pinned */
     uint32_t n_obs, n_params, rank, n_host_bound, n_trimmed;
     double rms_us;
 };

@@ -175,6 +175,51 @@ static void test_fit_recovers_exact(void **state)
     for (int k = 0; k < 3; k++) fx_free(&f[k]);
 }
 
+/* A per-sample cost that grows with the micro-batch size: F of partition 0 made to take
+ * 3 s^1.5 us (3 at 1 sample, 24 at 4). A straight line through the two sizes has intercept
+ * -4 us; the fixed term is pinned at 0 (the free value kept) and the per-sample term is then the
+ * least-squares slope through the origin, sum(s d) / sum(s^2) over those tasks. */
+static void test_fixed_terms_constrained(void **state)
+{
+    (void)state;
+    struct ps_costs truth;
+    truth_costs(&truth);
+    struct fx f[2];
+    struct ps_calib_run cr[2];
+    static const int CH[2] = {2, 8};
+    double sd = 0, ss = 0;
+    for (int k = 0; k < 2; k++) {
+        fx_build(&f[k], CH[k], "never", &truth);
+        struct ps_trace *t = &f[k].sim.trace;
+        for (uint32_t i = 0; i < t->n; i++) {
+            const struct ps_node *nd = &f[k].g->nodes[t->r[i].node];
+            if (nd->kind != PS_NODE_COMPUTE || nd->phase != PS_PHASE_FWD || nd->part != 0) continue;
+            double sz = (double)f[k].g->mb_size[nd->mb];
+            t->r[i].dur_us = 3 * pow(sz, 1.5);
+            sd += sz * t->r[i].dur_us;
+            ss += sz * sz;
+        }
+        cr[k] = (struct ps_calib_run){f[k].g, &f[k].o, t};
+    }
+    struct ps_calib_fit fit;
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    assert_int_equal(ps_calibrate_runs(cr, 2, PS_CAL_MEAN, &fit, &d), 0);
+    assert_near(fit.term[PS_CALT_FWD_FIXED][0], 0, 0);
+    assert_near(fit.term_free[PS_CALT_FWD_FIXED][0], -4, 1e-6);
+    assert_near(fit.term[PS_CALT_FWD_SAMPLE][0], sd / ss, 1e-9);
+    /* the other partition's terms are untouched and not pinned */
+    assert_near(fit.term[PS_CALT_FWD_FIXED][1], PART[1][PS_CALT_FWD_FIXED], 1e-6);
+    assert_true(isnan(fit.term_free[PS_CALT_FWD_FIXED][1]));
+    for (int j = 0; j < 2; j++) {
+        assert_true(fit.term[PS_CALT_FWD_FIXED][j] >= 0 && fit.term[PS_CALT_BWD_FIXED][j] >= 0);
+        assert_true(fit.costs->layers[j].forward_fixed_us >= 0);
+    }
+    assert_true(!fit.fitted[PS_CAL_LAUNCH] || fit.value[PS_CAL_LAUNCH] >= 0);
+    ps_calib_fit_finish(&fit);
+    for (int k = 0; k < 2; k++) fx_free(&f[k]);
+}
+
 /* fixed generator: uniform in [-1, 1] */
 static double noise(uint64_t *s)
 {
@@ -474,6 +519,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fit_recovers_exact),
         cmocka_unit_test(test_fit_noise_uncertainty),
+        cmocka_unit_test(test_fixed_terms_constrained),
         cmocka_unit_test(test_cores_by_hand),
         cmocka_unit_test(test_holdout_exact),
         cmocka_unit_test(test_leave_one_out),

@@ -497,17 +497,25 @@ cJSON *ps_calib_fit_json(const struct ps_calib_fit *f)
     for (int j = 0; p && j < f->n_parts; j++) {
         cJSON *x = cJSON_CreateObject(), *sd = cJSON_CreateObject();
         ps_json_add_int(x, "partition", j);
+        cJSON *pin = NULL;
         for (int t = 0; t < PS_CALT__COUNT; t++) {
             ps_json_add_number(x, term[t], f->term[t][j]);
             ps_json_add_number(sd, term[t], f->term_sd[t][j]);
+            if (f->term_free[t] && isfinite(f->term_free[t][j])) {
+                if (!pin) pin = cJSON_CreateObject();
+                ps_json_add_number(pin, term[t], f->term_free[t][j]);
+            }
         }
         cJSON_AddItemToObject(x, "standard_error", sd);
+        if (pin) cJSON_AddItemToObject(x, "constrained", pin);
         cJSON_AddItemToArray(p, x);
     }
     for (int k = 0; k < PS_CAL_OFFSET; k++) {
         cJSON *x = cJSON_AddObjectToObject(o, par[k]);
         ps_json_add_number(x, "value", f->fitted[k] ? f->value[k] : NAN);
         ps_json_add_number(x, "standard_error", f->fitted[k] ? f->sd[k] : NAN);
+        if (k != PS_CAL_BANDWIDTH && isfinite(f->free_value[k]))
+            ps_json_add_number(x, "unconstrained", f->free_value[k]);
     }
     return o;
 }

@@ -24,9 +24,12 @@
 
 #define MAX_RUNS 256
 
-static void print_term(const char *what, double v, double sd)
+static void print_term(const char *what, double v, double sd, double free_v)
 {
-    if (isfinite(v)) printf("  %-22s %10.3f +- %.3f\n", what, v, isfinite(sd) ? sd : 0.0);
+    if (isfinite(free_v))
+        printf("  %-22s %10.3f (constrained >= 0: the unconstrained fit gave %.3f)\n", what, v,
+               free_v);
+    else if (isfinite(v)) printf("  %-22s %10.3f +- %.3f\n", what, v, isfinite(sd) ? sd : 0.0);
     else printf("  %-22s not identifiable from these runs\n", what);
 }
 
@@ -122,12 +125,14 @@ int ps_cmd_calibrate(struct ps_cli *cli)
                                                            "R-F fixed us", "R-F us/sample"};
             for (int t = 0; t < PS_CALT__COUNT; t++) {
                 snprintf(w, sizeof(w), "partition %d %s", j, tn[t]);
-                print_term(w, f->term[t][j], f->term_sd[t][j]);
+                print_term(w, f->term[t][j], f->term_sd[t][j], f->term_free[t][j]);
             }
         }
-        print_term("copy bandwidth B/s", f->value[PS_CAL_BANDWIDTH], f->sd[PS_CAL_BANDWIDTH]);
-        print_term("copy latency us", f->value[PS_CAL_LATENCY], f->sd[PS_CAL_LATENCY]);
-        print_term("launch overhead us", f->value[PS_CAL_LAUNCH], f->sd[PS_CAL_LAUNCH]);
+        print_term("copy bandwidth B/s", f->value[PS_CAL_BANDWIDTH], f->sd[PS_CAL_BANDWIDTH], NAN);
+        print_term("copy latency us", f->value[PS_CAL_LATENCY], f->sd[PS_CAL_LATENCY],
+                   f->free_value[PS_CAL_LATENCY]);
+        print_term("launch overhead us", f->value[PS_CAL_LAUNCH], f->sd[PS_CAL_LAUNCH],
+                   f->free_value[PS_CAL_LAUNCH]);
         if (cli->outdir) printf("costs written to %s\n", cli->outdir);
         if (cores < 0) {
             printf("cores (chosen on the fitted runs, mean |makespan error|):");
