@@ -477,7 +477,7 @@ int ps_calibrate_runs(const struct ps_calib_run *runs, int n, enum ps_calib_loss
     }
     /* columns: per-sample terms first (collinear fixed terms are the ones dropped) */
     int cFb = 0, cBb = np_, cFa = 2 * np_, cBa = 3 * np_, cU = 4 * np_, cL = cU + 1, cH = cU + 2,
-        cRb = cU + 3, cRa = cRb + np_, cO = cRa + np_;
+        cRb = cU + 3, cRa = cRb + np_, cKb = cRa + np_, cKa = cKb + np_, cO = cKa + np_;
     int P = cO + n;
     struct lsq q = {.np = P};
     double *x = calloc((size_t)P, sizeof(double)), *wt = NULL, *N = NULL, *inv = NULL, *var = NULL;
@@ -514,6 +514,10 @@ int ps_calibrate_runs(const struct ps_calib_run *runs, int n, enum ps_calib_loss
                 if (nd->kind == PS_NODE_RECOMPUTE) {
                     row[cRb + nd->part] = s;
                     row[cRa + nd->part] = 1;
+                }
+                if (nd->kind == PS_NODE_COMPUTE && nd->phase == PS_PHASE_FWD && nd->checkpointed) {
+                    row[cKb + nd->part] = s;
+                    row[cKa + nd->part] = 1;
                 }
                 row[P] = dur;
                 n_task_rows++;
@@ -612,7 +616,9 @@ int ps_calibrate_runs(const struct ps_calib_run *runs, int n, enum ps_calib_loss
                     : t == PS_CALT_BWD_FIXED  ? cBa + j
                     : t == PS_CALT_BWD_SAMPLE ? cBb + j
                     : t == PS_CALT_REC_FIXED  ? cRa + j
-                                              : cRb + j;
+                    : t == PS_CALT_REC_SAMPLE ? cRb + j
+                    : t == PS_CALT_CKPT_FIXED ? cKa + j
+                                              : cKb + j;
             out->term[t][j] = used[c] ? x[c] : pinned[c] ? 0 : NAN;
             out->term_sd[t][j] = used[c] ? sqrt(var[c]) : pinned[c] ? 0 : NAN;
             out->term_free[t][j] = freev[c];
@@ -655,6 +661,15 @@ int ps_calibrate_runs(const struct ps_calib_run *runs, int n, enum ps_calib_loss
             L->forward_fixed_us = isfinite(fa) ? fmax(fa, 0) / p->count : 0;
             L->backward_fixed_us = isfinite(ba) ? fmax(ba, 0) / p->count : 0;
             L->wgrad_us = -1;
+            double kb = out->term[PS_CALT_CKPT_SAMPLE][j], ka = out->term[PS_CALT_CKPT_FIXED][j];
+            if (isfinite(kb) || isfinite(ka)) {
+                L->checkpointed_set = true;
+                L->checkpointed_us = isfinite(fb) ? fmax(fb + (isfinite(kb) ? kb : 0), 0) * shf
+                                                  : L->forward_us;
+                L->checkpointed_fixed_us =
+                    isfinite(fa) ? fmax(fa + (isfinite(ka) ? ka : 0), 0) / p->count
+                                 : L->forward_fixed_us;
+            }
             double rb = out->term[PS_CALT_REC_SAMPLE][j], ra = out->term[PS_CALT_REC_FIXED][j];
             if (isfinite(rb) || isfinite(ra)) {
                 L->recompute_set = true;

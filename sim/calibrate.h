@@ -57,6 +57,8 @@ void ps_calib_finish(struct ps_calib *c); /* accepts a zeroed struct */
  *   R(i,j):          dur = Fa_j + Ra_j + s * (Fb_j + Rb_j)   (Ra, Rb: what R does not do that
  *                    F does, e.g. the cpu executor's R skips the last layer; columns after all
  *                    others, Ra last: runs with R at one size only fit Rb)
+ *   F(i,j) checkpointed (no grad): dur = Fa_j + Ka_j + s * (Fb_j + Kb_j)   (Ka, Kb: what a
+ *                    forward that keeps nothing saves; columns after R's)
  *   B(i,j) (+Wg):    dur = Ba_j + s * Bb_j
  *   C(...):          dur = bytes * u + lat
  *   host-bound starts of run r:  start = (K_v + 1) * h + t0_r   (one clock offset per run)
@@ -73,6 +75,7 @@ void ps_calib_finish(struct ps_calib *c); /* accepts a zeroed struct */
  * parts (the trace has one range per partition task, so the layers inside it are not seen). */
 enum ps_calib_term { PS_CALT_FWD_FIXED, PS_CALT_FWD_SAMPLE, PS_CALT_BWD_FIXED, PS_CALT_BWD_SAMPLE,
                      PS_CALT_REC_FIXED, PS_CALT_REC_SAMPLE, /* R minus F; NaN: R = F */
+                     PS_CALT_CKPT_FIXED, PS_CALT_CKPT_SAMPLE, /* checkpointed F minus F */
                      PS_CALT__COUNT };
 
 struct ps_calib_run {

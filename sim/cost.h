@@ -34,6 +34,11 @@ struct ps_cost_layer {
        partition's last layer when nothing reads its output); recompute_set false = forward's */
     bool recompute_set;
     double recompute_us, recompute_fixed_us;
+    /* a checkpointed forward's time (F without grad: torchgpipe's checkpointed micro-batches
+       keep nothing and run no autograd bookkeeping) when it differs from the forward's;
+       checkpointed_set false = forward's */
+    bool checkpointed_set;
+    double checkpointed_us, checkpointed_fixed_us;
 };
 
 struct ps_costs {

@@ -59,12 +59,14 @@ static void spec_text(char *buf, size_t n, int chunks, const char *ckpt)
 
 /* per layer: forward/backward per sample and fixed (partition 0 = layers 0-1, 1 = layer 2) */
 /* layer 2's recompute is cheaper than its forward (2 us/sample + 4 us instead of 3 + 7): the fit's
- * R - F terms of partition 1 are -3 us and -1 us/sample, partition 0's are 0 */
-static struct ps_cost_layer TRUTH_L[3] = {{2.0, 4.0, -1, 3.0, 5.0, false, 0, 0},
-                                          {0.5, 0.5, -1, 1.0, 1.0, false, 0, 0},
-                                          {3.0, 6.0, -1, 7.0, 2.0, true, 2.0, 4.0}};
-static const double PART[2][PS_CALT__COUNT] = {{4.0, 2.5, 6.0, 4.5, 0, 0},
-                                               {7.0, 3.0, 2.0, 6.0, -3.0, -1.0}};
+ * R - F terms of partition 1 are -3 us and -1 us/sample, partition 0's are 0; layer 0's
+ * checkpointed forward (no grad) takes 1.5 us/sample + 2 us instead of 2 + 3: partition 0's
+ * checkpointed - F terms are -1 us and -0.5 us/sample, partition 1's 0 */
+static struct ps_cost_layer TRUTH_L[3] = {{2.0, 4.0, -1, 3.0, 5.0, false, 0, 0, true, 1.5, 2.0},
+                                          {0.5, 0.5, -1, 1.0, 1.0, false, 0, 0, false, 0, 0},
+                                          {3.0, 6.0, -1, 7.0, 2.0, true, 2.0, 4.0, false, 0, 0}};
+static const double PART[2][PS_CALT__COUNT] = {{4.0, 2.5, 6.0, 4.5, 0, 0, -1.0, -0.5},
+                                               {7.0, 3.0, 2.0, 6.0, -3.0, -1.0, 0, 0}};
 
 static void truth_costs(struct ps_costs *c)
 {
@@ -151,6 +153,9 @@ static void test_fit_recovers_exact(void **state)
     assert_true(c->layers[2].recompute_set);
     assert_near(c->layers[2].recompute_us, 2.0, 1e-6);
     assert_near(c->layers[2].recompute_fixed_us, 4.0, 1e-6);
+    assert_true(c->layers[0].checkpointed_set && c->layers[1].checkpointed_set);
+    assert_near(c->layers[0].checkpointed_us + c->layers[1].checkpointed_us, 2.0, 1e-6);
+    assert_near(c->layers[0].checkpointed_fixed_us + c->layers[1].checkpointed_fixed_us, 3.0, 1e-6);
     /* and a run it never saw (chunks 4, never) is simulated to the same makespan */
     struct fx h, p;
     fx_build(&h, 4, "never", &truth);
@@ -293,9 +298,9 @@ static void test_fit_noise_uncertainty(void **state)
 static void test_cores_by_hand(void **state)
 {
     (void)state;
-    struct ps_cost_layer L[3] = {{0, 0, -1, 10, 20, false, 0, 0},
-                                 {0, 0, -1, 0, 0, false, 0, 0},
-                                 {0, 0, -1, 10, 20, false, 0, 0}};
+    struct ps_cost_layer L[3] = {{0, 0, -1, 10, 20, false, 0, 0, false, 0, 0},
+                                 {0, 0, -1, 0, 0, false, 0, 0, false, 0, 0},
+                                 {0, 0, -1, 10, 20, false, 0, 0, false, 0, 0}};
     struct ps_costs c = {.per_sample = true, .micro_batch = 1, .n_layers = 3, .layers = L,
                          .copy_bandwidth = -1, .copy_latency_us = -1, .launch_overhead_us = 0};
     struct fx f;

@@ -122,7 +122,9 @@ int ps_cmd_calibrate(struct ps_cli *cli)
             char w[64];
             static const char *const tn[PS_CALT__COUNT] = {"F fixed us", "F us/sample",
                                                            "B fixed us", "B us/sample",
-                                                           "R-F fixed us", "R-F us/sample"};
+                                                           "R-F fixed us", "R-F us/sample",
+                                                           "Fckpt-F fixed us",
+                                                           "Fckpt-F us/sample"};
             for (int t = 0; t < PS_CALT__COUNT; t++) {
                 snprintf(w, sizeof(w), "partition %d %s", j, tn[t]);
                 print_term(w, f->term[t][j], f->term_sd[t][j], f->term_free[t][j]);
