@@ -125,6 +125,7 @@ struct exec {
     int64_t batch, *mb_off, *mb_size;
     int *layer_dev;          /* [L + 1]: device owning act[i][l] (l = L: the last partition's) */
     float **act, **grad;     /* [(i * (L + 1)) + l] */
+    bool *alias;             /* [(i * (L + 1)) + l]: act[i][l] is a view of act[i][l-1] (M1) */
     struct saved *saved;     /* [i * L + l] */
     bool *live;              /* [i * L + l] */
     float *xbatch, *rows;    /* the step's mini-batch */
@@ -147,6 +148,7 @@ static size_t act_numel(const struct exec *ex, int i, int l)
 #define GRAD(ex, i, l) ((ex)->grad[(size_t)(i) * (size_t)((ex)->L + 1) + (size_t)(l)])
 #define SAVED(ex, i, l) (&(ex)->saved[(size_t)(i) * (size_t)(ex)->L + (size_t)(l)])
 #define LIVE(ex, i, l) ((ex)->live[(size_t)(i) * (size_t)(ex)->L + (size_t)(l)])
+#define ALIAS(ex, i, l) ((ex)->alias[(size_t)(i) * (size_t)((ex)->L + 1) + (size_t)(l)])
 
 static void lock(struct exec *ex)
 {
@@ -226,6 +228,11 @@ static float *act_get(struct exec *ex, int i, int l)
 static void act_drop(struct exec *ex, int i, int l)
 {
     float **a = &ACT(ex, i, l);
+    if (ALIAS(ex, i, l)) { /* a flatten's view: the storage is act[i][l-1]'s */
+        ALIAS(ex, i, l) = false;
+        *a = NULL;
+        return;
+    }
     if (l == 0 && ex->held_in[i]) {
         ex->held_in[i] = false;
         mem_note(ex, ex->layer_dev[0], -(int64_t)(act_numel(ex, i, 0) * sizeof(float)));
@@ -356,7 +363,9 @@ static int layer_forward(struct exec *ex, int i, int l, float *y, bool grad, boo
         break;
     }
     case PS_OP_RELU: ps_cpu_relu_forward(x, y, n * (size_t)li->in_numel); break;
-    case PS_OP_FLATTEN: memcpy(y, x, n * (size_t)li->in_numel * sizeof(float)); break;
+    case PS_OP_FLATTEN: /* a view (y == x) inside a partition, else a copy (M1) */
+        if (y != x) memcpy(y, x, n * (size_t)li->in_numel * sizeof(float));
+        break;
     case PS_OP_DROPOUT: {
         ps_cpu_dropout_forward(x, y, grad ? sv->mask : NULL, n * (size_t)li->in_numel,
                                (float)ly->p,
@@ -516,22 +525,28 @@ static int task_forward(struct exec *ex, int i, int j, bool grad, bool recompute
     size_t scratch_bytes = act_numel(ex, i, f + c) * sizeof(float);
     for (int l = f; l < f + c && !rc; l++) {
         enum ps_op op = ex->spec->layers[l].op;
-        bool last = l == f + c - 1;
+        bool last = l == f + c - 1, view = ps_flatten_view(ex->spec, f, f + c, l);
         if (last && recompute && ps_recompute_skips(op)) {
             LIVE(ex, i, l) = true; /* its input is kept (M1), its output unused */
             break;
         }
-        float *y = last && recompute ? (scratch = mem_alloc(ex, scratch_bytes, dev))
-                                     : act_get(ex, i, l + 1);
+        float *y = view                  ? (ALIAS(ex, i, l + 1) = true, ACT(ex, i, l + 1) = ACT(ex, i, l))
+                   : last && recompute ? (scratch = mem_alloc(ex, scratch_bytes, dev))
+                                       : act_get(ex, i, l + 1);
         if (!y || (grad && saved_get(ex, i, l))) return -ENOMEM;
         rc = layer_forward(ex, i, l, y, grad, recompute, node);
-        /* M1, M2: the input of layer l goes when nothing will read it again */
-        bool keep = grad ? ps_model_keeps_buffer(ex->spec, ex->model, f, f + c, l) : l == f;
-        if (!keep)
-            act_drop(ex, i, l);
-        else if (l == 0 && !rc)
-            rc = hold_input(ex, i);
         LIVE(ex, i, l) = grad;
+        if (view) continue; /* its input's storage lives on as its output */
+        /* M1, M2: the input of layer l goes when nothing will read it again (with the storage
+           it is a view of) */
+        bool keep = ps_model_keeps_storage(ex->spec, ex->model, f, f + c, l, grad);
+        for (int b = l; !keep; b--) {
+            bool was_view = ALIAS(ex, i, b);
+            act_drop(ex, i, b);
+            if (!was_view) break;
+        }
+        if (keep && l == 0 && !rc)
+            rc = hold_input(ex, i);
     }
     mem_free(ex, scratch, scratch_bytes, dev);
     /* E4: micro-batch i's loss and output gradient as soon as its output exists (M3) */
@@ -615,7 +630,8 @@ static void free_buffers(struct exec *ex)
 {
     size_t na = (size_t)ex->m * (size_t)(ex->L + 1), ns = (size_t)ex->m * (size_t)ex->L;
     if (ex->act)
-        for (size_t k = 0; k < na; k++) free(ex->act[k]);
+        for (size_t k = 0; k < na; k++)
+            if (!ex->alias || !ex->alias[k]) free(ex->act[k]); /* a view owns nothing */
     if (ex->grad)
         for (size_t k = 0; k < na; k++) free(ex->grad[k]);
     if (ex->saved)
@@ -629,6 +645,7 @@ static void free_buffers(struct exec *ex)
     free(ex->grad);
     free(ex->saved);
     free(ex->live);
+    free(ex->alias);
     free(ex->xbatch);
     free(ex->rows);
     free(ex->labels);
@@ -651,6 +668,7 @@ static int alloc_buffers(struct exec *ex, const struct ps_data *dt)
     ex->grad = calloc(na, sizeof(float *));
     ex->saved = calloc(ns, sizeof(struct saved));
     ex->live = calloc(ns, sizeof(bool));
+    ex->alias = calloc(na, sizeof(bool));
     ex->wpack = calloc((size_t)L, sizeof(struct ps_cpu_convcache));
     ex->mb_loss = calloc((size_t)m, sizeof(double));
     ex->loss_done = calloc((size_t)m, sizeof(bool));
@@ -661,7 +679,7 @@ static int alloc_buffers(struct exec *ex, const struct ps_data *dt)
     if (dt->labels) ex->labels = malloc((size_t)ex->batch * sizeof(int64_t));
     if (dt->rows) ex->rows = malloc((size_t)(ex->batch * dt->out_numel) * sizeof(float));
     if (!ex->act || !ex->grad || !ex->saved || !ex->live || !ex->wpack || !ex->mb_loss || !ex->loss_done ||
-        !ex->held_in ||
+        !ex->held_in || !ex->alias ||
         !ex->mb_off || !ex->layer_dev || !ex->xbatch || (dt->labels && !ex->labels) ||
         (dt->rows && !ex->rows))
         return -ENOMEM;

@@ -106,7 +106,8 @@ static int memory(const struct ps_graph *g, const struct ps_order *o, struct ps_
         int64_t tmp, out;
         int od;
         ps_node_mem(g, v, &tmp, &out, &od);
-        if (tmp || fwd_task) ev[d][ne[d]++] = (struct mev){s->start_us[v], tmp, fwd_task ? 1 : 0, v};
+        if (tmp || fwd_task)
+            ev[d][ne[d]++] = (struct mev){s->start_us[v], tmp, fwd_task ? 1 : 0, v};
         if (out && od >= 0 && od < nd) ev[od][ne[od]++] = (struct mev){s->end_us[v], out, 0, v};
         if (bwd_task) {
             int64_t fr = -n->act_bytes;

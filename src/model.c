@@ -258,7 +258,7 @@ static int fill_layer(const struct ps_spec *s, struct ps_diag *diag, int i, stru
     return 0;
 }
 
-/* ---- Activation memory ---------------------------------------------------------------------
+/* ---- Activation memory (src/SEMANTICS.md section 9) ---------------------------------------
  *
  * What a partition's tasks keep alive on its device, per sample (the graph builders multiply by
  * the micro-batch size). Buffers are the tensors between layers: buffer b is layer b's input and
@@ -267,7 +267,9 @@ static int fill_layer(const struct ps_spec *s, struct ps_diag *diag, int i, stru
  * layers keep it (autograd saves the same tensor, not a copy):
  *   A1. A forward with grad (F of a task that is not checkpointed, or R) keeps, until B(i,j) ends,
  *       every buffer some layer's backward keeps (ps_layer_keeps) and each layer's extra saved
- *       tensors; any other buffer goes as soon as the next layer has read it.
+ *       tensors; any other buffer goes as soon as the next layer has read it. A flatten inside a
+ *       partition returns a view (ps_flatten_view): its output is its input's storage, kept when
+ *       either is.
  *   A2. A checkpointed F keeps only its input (for R); every intermediate goes once read.
  *   A3. R re-runs the forward with grad from the kept input. It skips the partition's last layer
  *       when nothing reads its output (ps_recompute_skips); otherwise that output is a scratch
@@ -336,6 +338,21 @@ bool ps_model_keeps_buffer(const struct ps_spec *s, const struct ps_model *m, in
     return false;
 }
 
+bool ps_flatten_view(const struct ps_spec *s, int f, int e, int l)
+{
+    return l > 0 && l >= f && l < e - 1 && s->layers[l].op == PS_OP_FLATTEN;
+}
+
+bool ps_model_keeps_storage(const struct ps_spec *s, const struct ps_model *m, int f, int e, int b,
+                            bool grad)
+{
+    for (;;) {
+        if (grad ? ps_model_keeps_buffer(s, m, f, e, b) : b == f) return true;
+        if (b - 1 < f || !ps_flatten_view(s, f, e, b - 1)) return false;
+        b--;
+    }
+}
+
 enum walk { WALK_FWD, WALK_CKPT, WALK_REC };
 
 static int64_t buf_bytes(const struct ps_model *m, int b)
@@ -354,10 +371,10 @@ static struct ps_task_mem walk_task(const struct ps_spec *s, const struct ps_mod
     bool in_counted = w == WALK_REC || f > 0;
     int64_t cur = 0, peak = 0, scratch = 0;
     for (int l = f; l < e; l++) {
-        bool last = l == e - 1;
+        bool last = l == e - 1, view = ps_flatten_view(s, f, e, l);
         if (last && w == WALK_REC && ps_recompute_skips(s->layers[l].op)) break;
         if (last && w == WALK_REC) scratch = buf_bytes(m, e);
-        else if (!last || last_part) cur += buf_bytes(m, l + 1);
+        else if (!view && (!last || last_part)) cur += buf_bytes(m, l + 1);
         cur += scratch;
         if (grad) {
             struct ps_keeps k;
@@ -365,7 +382,8 @@ static struct ps_task_mem walk_task(const struct ps_spec *s, const struct ps_mod
             cur += k.extra;
         }
         if (cur > peak) peak = cur;
-        bool keep = grad ? ps_model_keeps_buffer(s, m, f, e, l) : l == f;
+        if (view) continue; /* the storage lives on as the next buffer: decided there */
+        bool keep = ps_model_keeps_storage(s, m, f, e, l, grad);
         if (!keep && (l > f || in_counted)) cur -= buf_bytes(m, l);
         if (keep && l == f && !in_counted) cur += buf_bytes(m, l);
         if (cur > peak) peak = cur;

@@ -91,6 +91,18 @@ void ps_layer_keeps(const struct ps_layer *l, const struct ps_layer_info *li, st
  * its output (which leaves the device: its input, the same size, stands for it). */
 bool ps_model_keeps_buffer(const struct ps_spec *s, const struct ps_model *m, int f, int e, int b);
 
+/* Whether layer l is a flatten whose output is a view of its input in the partition [f, e), as
+ * PyTorch's flatten is: not the model's first layer (the mini-batch slice is not an activation
+ * until a task keeps it) and not the partition's last (its output leaves for the next device or
+ * the loss: a copy). */
+bool ps_flatten_view(const struct ps_spec *s, int f, int e, int l);
+
+/* Whether the storage of buffer b stays once layer b has read it: a forward with grad (grad) keeps
+ * it when it or a buffer it is a view of is kept (ps_model_keeps_buffer); a checkpointed forward
+ * keeps only the partition's input. */
+bool ps_model_keeps_storage(const struct ps_spec *s, const struct ps_model *m, int f, int e, int b,
+                            bool grad);
+
 /* Bytes per sample that a forward with grad keeps for layer l in any partition: its input when
  * it keeps it, and its extra saved tensors. Summed over layers, a lower bound of what a partition
  * keeps per micro-batch sample (a relu's output is left out: the next layer may keep the same

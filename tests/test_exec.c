@@ -27,6 +27,7 @@
 
 #include "src/data.h"
 #include "src/diag.h"
+#include "src/analysis.h"
 #include "src/engine.h"
 #include "kernels/exec.h"
 #include "sim/bnorder.h"
@@ -531,6 +532,73 @@ static void test_memory_by_hand(void **state)
     check_memory("always", 128, 144, true);
 }
 
+/* The model (src/model.c "Activation memory", src/analysis.c along the order) equals the
+ * executor's measured peak per device, byte for byte, in the serial mode: both follow the same
+ * buffers in the same order (exec_cpu.c M1-M4 and the model's A1-A5 are one rule set, the
+ * executor by allocating and freeing real buffers, the model by walking the layer table), so any
+ * difference is a bug on one side. With device threads the interleaving of devices changes
+ * when a partition's input arrives on the next device, so only the serial mode is exact.
+ * Specs: conv/bn/relu/pool/flatten/linear in two partitions with uneven micro-batches (batch 5 in
+ * 3), an MLP with dropout p > 0 and p = 0 in three partitions under 1F1B, the interleaved plan
+ * (four stages on two devices), a model starting with layers without parameters, with a flatten
+ * (a view) after a relu and at a partition's start; each under never, except_last and always. */
+static void test_memory_matches_model(void **state)
+{
+    (void)state;
+    static const char *const cases[] = {
+        "\"batch\": 5, \"model\": {\"input\": [2, 6, 6], \"layers\": ["
+        "{\"op\": \"conv2d\", \"out\": 3, \"kernel\": 3, \"padding\": 1}, {\"op\": \"batchnorm\"},"
+        "{\"op\": \"relu\"}, {\"op\": \"conv2d\", \"out\": 4, \"kernel\": 3}, {\"op\": \"relu\"},"
+        "{\"op\": \"maxpool2d\", \"kernel\": 2}, {\"op\": \"flatten\"}, {\"op\": \"linear\", \"out\": 3}],"
+        "\"loss\": \"sum\"}, \"pipeline\": {\"balance\": [3, 5], \"chunks\": 3, \"checkpoint\": \"%s\"}",
+        "\"batch\": 6, \"model\": {\"input\": [5], \"layers\": ["
+        "{\"op\": \"linear\", \"out\": 7}, {\"op\": \"relu\"}, {\"op\": \"dropout\", \"p\": 0.3},"
+        "{\"op\": \"linear\", \"out\": 6}, {\"op\": \"relu\"}, {\"op\": \"dropout\", \"p\": 0},"
+        "{\"op\": \"linear\", \"out\": 2}], \"loss\": \"sum\"}, \"pipeline\": {\"schedule\": \"1f1b\","
+        "\"balance\": [2, 3, 2], \"chunks\": 3, \"checkpoint\": \"%s\"}",
+        "\"batch\": 8, \"model\": {\"input\": [6], \"layers\": ["
+        "{\"op\": \"linear\", \"out\": 8}, {\"op\": \"relu\"}, {\"op\": \"linear\", \"out\": 8},"
+        "{\"op\": \"batchnorm\"}, {\"op\": \"relu\"}, {\"op\": \"linear\", \"out\": 5},"
+        "{\"op\": \"relu\"}, {\"op\": \"linear\", \"out\": 2}], \"loss\": \"sum\"},"
+        "\"pipeline\": {\"schedule\": \"interleaved-1f1b\", \"virtual_stages\": 2,"
+        "\"balance\": [2, 2, 2, 2], \"chunks\": 4, \"checkpoint\": \"%s\"}",
+        "\"batch\": 4, \"model\": {\"input\": [2, 4, 4], \"layers\": ["
+        "{\"op\": \"relu\"}, {\"op\": \"maxpool2d\", \"kernel\": 2}, {\"op\": \"conv2d\", \"out\": 2,"
+        "\"kernel\": 1}, {\"op\": \"relu\"}, {\"op\": \"flatten\"}, {\"op\": \"linear\", \"out\": 2}],"
+        "\"loss\": \"sum\"}, \"pipeline\": {\"balance\": [2, 2, 2], \"chunks\": 2, \"checkpoint\": \"%s\"}",
+        "\"batch\": 4, \"model\": {\"input\": [2, 4, 4], \"layers\": ["
+        "{\"op\": \"relu\"}, {\"op\": \"maxpool2d\", \"kernel\": 2}, {\"op\": \"conv2d\", \"out\": 2,"
+        "\"kernel\": 1}, {\"op\": \"relu\"}, {\"op\": \"flatten\"}, {\"op\": \"linear\", \"out\": 2}],"
+        "\"loss\": \"sum\"}, \"pipeline\": {\"balance\": [2, 4], \"chunks\": 2, \"checkpoint\": \"%s\"}",
+    };
+    static const char *const ckpts[] = {"never", "except_last", "always"};
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
+        for (size_t k = 0; k < 3; k++) {
+            char body[2048], js[2600];
+            snprintf(body, sizeof(body), cases[c], ckpts[k]);
+            snprintf(js, sizeof(js),
+                     "{\"pipescope\": 1, %s, \"data\": {\"source\": \"synthetic\", \"seed\": 1},"
+                     " \"train\": {\"steps\": 1}}",
+                     body);
+            struct run r;
+            load_str(&r, js);
+            execute_threads(&r, 2, false);
+            const struct ps_exec_memory *m = &r.res.mem;
+            assert_int_equal(m->n_devices, r.graph->n_devices);
+            struct ps_mem *sim = calloc((size_t)m->n_devices, sizeof(*sim));
+            assert_non_null(sim);
+            ps_analysis_memory(r.graph, &r.order, sim);
+            for (int d = 0; d < m->n_devices; d++) {
+                if (m->peak_bytes[d] != sim[d].peak_bytes || m->peak_bytes[d] <= 0)
+                    fail_msg("case %zu, checkpoint %s, device %d: measured %lld bytes, model %lld",
+                             c, ckpts[k], d, (long long)m->peak_bytes[d],
+                             (long long)sim[d].peak_bytes);
+            }
+            free(sim);
+            finish(&r);
+        }
+}
+
 /* deferred with fewer real micro-batches than chunks: the commit waits for `chunks` tracked
  * micro-batches, across steps (torchgpipe's counter is module state) */
 static void test_deferred_short(void **state)
@@ -799,6 +867,7 @@ int main(void)
         cmocka_unit_test(test_bn_order_sim_vs_exec),
         cmocka_unit_test(test_device_threads),
         cmocka_unit_test(test_memory_by_hand),
+        cmocka_unit_test(test_memory_matches_model),
         cmocka_unit_test(test_state_roundtrip),
         cmocka_unit_test(test_state_init),
         cmocka_unit_test(test_data_csv),

@@ -8,8 +8,12 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
+#include "src/file.h"
 #include "src/model.h"
 #include "src/spec.h"
 
@@ -250,12 +254,117 @@ static void test_errors(void **state)
                 "at most 3 or more padding)");
 }
 
+/* Activation memory of tasks (model.c "Activation memory"), worked by hand per sample for
+ * [conv2d 1->2 k3 p1, relu, maxpool2d 2] on [1,4,4]. Buffers: b0 the input 16 floats = 64 B,
+ * b1 the conv output [2,4,4] = 128 B, b2 the relu output 128 B, b3 the pool output [2,2,2] =
+ * 32 B; the pool's int64 indices 8 x 8 = 64 B. What PyTorch keeps: the conv its input (b0), the
+ * relu its result (b2), the pool its input (b2 again: one tensor) and indices: 256 B.
+ * One partition (the last: its output b3 lives until the loss at the end of F):
+ *   F plain: +b1 128, b0 kept 192, +b2 320 (high-water), b1 freed 192, +b3 +idx 288, loss 256.
+ *   F checkpointed (no indices, only b0 kept): +b1 128, b0 kept 192, +b2 320, b1 freed 192,
+ *     +b3 224, b2 freed 96, loss 64: net 64.
+ *   R from b0: +b1 128, +b2 256 (high-water), b1 freed 128, the pool is not skipped (indices):
+ *     scratch b3 + idx 224, scratch freed 192: net 192 (b2 + idx).
+ * Split [conv, relu | maxpool]: the relu is last in partition 0, so its input b1 stands for its
+ * output (which leaves for device 1): partition 0 keeps b0 + b1 = 192 and sends out b2 (128);
+ * partition 1 receives b2 (in 128), keeps it for the pool with the indices: +b3 +idx 96, loss 64. */
+static void test_task_memory(void **state)
+{
+    (void)state;
+    const char *layers = "{\"op\": \"conv2d\", \"out\": 2, \"kernel\": 3, \"padding\": 1},"
+                         "{\"op\": \"relu\"}, {\"op\": \"maxpool2d\", \"kernel\": 2}";
+    struct built b = build("[1, 4, 4]", layers, "3");
+    const struct ps_partition_info *p = &b.model->parts[0];
+    assert_int_equal(p->in_bytes, 0);
+    assert_int_equal(p->out_bytes, 0);
+    assert_int_equal(p->fwd.net, 256);
+    assert_int_equal(p->fwd.peak, 320);
+    assert_int_equal(p->fwd_ckpt.net, 64);
+    assert_int_equal(p->fwd_ckpt.peak, 320);
+    assert_int_equal(p->rec.net, 192);
+    assert_int_equal(p->rec.peak, 256);
+    /* per layer, what PyTorch saves (not deduplicated) and the lower bound per layer */
+    assert_int_equal(b.model->layers[2].saved_bytes, 128 + 64);
+    assert_int_equal(ps_layer_kept_bytes(b.spec, b.model, 0), 64);
+    assert_int_equal(ps_layer_kept_bytes(b.spec, b.model, 1), 0);
+    assert_int_equal(ps_layer_kept_bytes(b.spec, b.model, 2), 128 + 64);
+    destroy(&b);
+
+    b = build("[1, 4, 4]", layers, "2, 1");
+    p = &b.model->parts[0];
+    assert_int_equal(p->in_bytes, 0);
+    assert_int_equal(p->out_bytes, 128);
+    assert_int_equal(p->fwd.net, 192);
+    assert_int_equal(p->fwd.peak, 192);
+    assert_true(ps_model_keeps_buffer(b.spec, b.model, 0, 2, 1)); /* the last relu's input */
+    p = &b.model->parts[1];
+    assert_int_equal(p->in_bytes, 128);
+    assert_int_equal(p->out_bytes, 0);
+    assert_int_equal(p->fwd.net, 64);
+    assert_int_equal(p->fwd.peak, 96);
+    destroy(&b);
+}
+
+/* The model's kept bytes per partition (in_bytes + fwd.net, per sample) equal what PyTorch 1.13's
+ * autograd saves, distinct storages only, for partitions run as torchgpipe runs them
+ * (tests/golden/memory/gen_saved.py wrote saved.json: conv/bn/relu/pool/flatten/linear and MLP
+ * cases, several balances each, micro-batches of 3). */
+static void test_saved_by_pytorch(void **state)
+{
+    (void)state;
+    const char *root = getenv("PS_SOURCE_ROOT");
+    char path[4096], buf[2048];
+    snprintf(path, sizeof(path), "%s/tests/golden/memory/saved.json", root ? root : ".");
+    char *text = NULL;
+    size_t len = 0;
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    if (ps_file_read(path, NULL, &text, &len, &d))
+        fail_msg("%s", ps_diag_format(&d, buf, sizeof(buf)));
+    cJSON *root_js = cJSON_Parse(text);
+    assert_non_null(root_js);
+    int mb = cJSON_GetObjectItem(root_js, "micro_batch")->valueint;
+    const cJSON *c;
+    int n = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(root_js, "cases"))
+    {
+        char *in = cJSON_PrintUnformatted(cJSON_GetObjectItem(c, "input"));
+        char *ly = cJSON_PrintUnformatted(cJSON_GetObjectItem(c, "layers"));
+        char *bal = cJSON_PrintUnformatted(cJSON_GetObjectItem(c, "balance"));
+        assert_true(in && ly && bal && strlen(ly) > 2 && strlen(bal) > 2);
+        ly[strlen(ly) - 1] = 0; /* build() takes the arrays' bodies */
+        bal[strlen(bal) - 1] = 0;
+        struct built b = build(in, ly + 1, bal + 1);
+        const cJSON *want = cJSON_GetObjectItem(c, "saved_bytes");
+        assert_int_equal(cJSON_GetArraySize(want), b.model->n_partitions);
+        for (int j = 0; j < b.model->n_partitions; j++) {
+            const struct ps_partition_info *p = &b.model->parts[j];
+            int64_t got = (p->in_bytes + p->fwd.net) * mb;
+            int64_t w = (int64_t)cJSON_GetArrayItem(want, j)->valuedouble;
+            if (got != w)
+                fail_msg("%s balance [%s], partition %d: model keeps %lld bytes, PyTorch saves "
+                         "%lld",
+                         cJSON_GetObjectItem(c, "name")->valuestring, bal + 1, j, (long long)got,
+                         (long long)w);
+        }
+        destroy(&b);
+        free(in);
+        free(ly);
+        free(bal);
+        n++;
+    }
+    assert_true(n >= 10);
+    cJSON_Delete(root_js);
+    free(text);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_linear),    cmocka_unit_test(test_conv_pool_flatten),
         cmocka_unit_test(test_strides),   cmocka_unit_test(test_batchnorm),
         cmocka_unit_test(test_elementwise_and_grad), cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_task_memory),     cmocka_unit_test(test_saved_by_pytorch),
     };
     return cmocka_run_group_tests_name("model", tests, NULL, NULL);
 }
