@@ -22,6 +22,8 @@
  *       device, as its output leaves for the next device), int64 pool indices and 1-byte dropout
  *       masks (none at p = 0); every other buffer is freed as soon as the next layer has read it.
  *       relu's backward tests its output, or its input when it is last: y > 0 exactly when x > 0.
+ *       A flatten inside a partition is a view (ps_flatten_view): act[i][l+1] aliases act[i][l]
+ *       (alias[], owning nothing), and the storage goes when neither is kept.
  *   M2. A checkpointed F keeps only its input (for R) and its output (the next partition's
  *       input); every intermediate is freed right after the next layer has read it. R does not
  *       run the partition's last layer when it is conv2d, linear, relu or flatten (no side
