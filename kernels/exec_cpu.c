@@ -1045,7 +1045,7 @@ double ps_exec_estimate_bytes(const struct ps_spec *spec, const struct ps_model 
         bytes += 8.0 * (double)li->buffers;
         /* activation and gradient of every layer output, per sample; pool indices, masks */
         bytes += batch * 8.0 * (double)li->out_numel;
-        if (spec->layers[l].op == PS_OP_MAXPOOL2D) bytes += batch * 4.0 * (double)li->out_numel;
+        if (spec->layers[l].op == PS_OP_MAXPOOL2D) bytes += batch * 8.0 * (double)li->out_numel;
         if (spec->layers[l].op == PS_OP_DROPOUT) bytes += batch * (double)li->out_numel;
         if (spec->layers[l].op == PS_OP_BATCHNORM) bn_channels += (double)li->channels;
     }
