@@ -477,7 +477,8 @@ int ps_calibrate_runs(const struct ps_calib_run *runs, int n, enum ps_calib_loss
     }
     /* columns: per-sample terms first (collinear fixed terms are the ones dropped) */
     int cFb = 0, cBb = np_, cFa = 2 * np_, cBa = 3 * np_, cU = 4 * np_, cL = cU + 1, cH = cU + 2,
-        cRb = cU + 3, cRa = cRb + np_, cKb = cRa + np_, cKa = cKb + np_, cO = cKa + np_;
+        cRb = cU + 3, cRa = cRb + np_, cKb = cRa + np_, cKa = cKb + np_, cFc = cKa + np_,
+        cBc = cFc + np_, cO = cBc + np_;
     int P = cO + n;
     struct lsq q = {.np = P};
     double *x = calloc((size_t)P, sizeof(double)), *wt = NULL, *N = NULL, *inv = NULL, *var = NULL;
@@ -550,13 +551,23 @@ int ps_calibrate_runs(const struct ps_calib_run *runs, int n, enum ps_calib_loss
         if (rank < 0) goto nomem;
         int worst = -1;
         for (int c = 0; c < P; c++) {
-            bool cons = (c >= cFa && c < cU) || c == cL || c == cH;
+            bool cons = (c >= cFa && c < cU) || c == cL || c == cH || (c >= cFc && c < cO);
             if (cons && used[c] && x[c] < 0 && (worst < 0 || x[c] < x[worst])) worst = c;
         }
         if (worst < 0) break;
         pinned[worst] = true;
         freev[worst] = x[worst];
         for (uint32_t k = 0; k < q.n_rows; k++) q.rows[(size_t)k * (size_t)(P + 1) + worst] = 0;
+        /* a negative fixed F or B term: the partition's s^2 column comes in (s^2 from the
+           row's per-sample entry) */
+        int sq = -1, per = -1;
+        if (worst >= cFa && worst < cFa + np_) sq = cFc + worst - cFa, per = cFb + worst - cFa;
+        if (worst >= cBa && worst < cBa + np_) sq = cBc + worst - cBa, per = cBb + worst - cBa;
+        if (sq >= 0 && !pinned[sq])
+            for (uint32_t k = 0; k < q.n_rows; k++) {
+                double *r = q.rows + (size_t)k * (size_t)(P + 1);
+                r[sq] = r[per] * r[per];
+            }
     }
     /* residuals, outliers and the covariance over the final weights: the sandwich
        (X'WX)^-1 (sum w^2 r^2 x x') (X'WX)^-1 x n / (n - rank), so rows of different kinds and
@@ -618,9 +629,12 @@ int ps_calibrate_runs(const struct ps_calib_run *runs, int n, enum ps_calib_loss
                     : t == PS_CALT_REC_FIXED  ? cRa + j
                     : t == PS_CALT_REC_SAMPLE ? cRb + j
                     : t == PS_CALT_CKPT_FIXED ? cKa + j
-                                              : cKb + j;
-            out->term[t][j] = used[c] ? x[c] : pinned[c] ? 0 : NAN;
-            out->term_sd[t][j] = used[c] ? sqrt(var[c]) : pinned[c] ? 0 : NAN;
+                    : t == PS_CALT_CKPT_SAMPLE ? cKb + j
+                    : t == PS_CALT_FWD_SQ     ? cFc + j
+                                              : cBc + j;
+            bool sqt = t == PS_CALT_FWD_SQ || t == PS_CALT_BWD_SQ; /* not brought in: 0 */
+            out->term[t][j] = used[c] ? x[c] : pinned[c] || sqt ? 0 : NAN;
+            out->term_sd[t][j] = used[c] ? sqrt(var[c]) : pinned[c] || sqt ? 0 : NAN;
             out->term_free[t][j] = freev[c];
         }
     }
@@ -660,6 +674,8 @@ int ps_calibrate_runs(const struct ps_calib_run *runs, int n, enum ps_calib_loss
             L->backward_us = isfinite(bb) ? fmax(bb, 0) * shb : layer_roof(g0, l, true) * 1e6;
             L->forward_fixed_us = isfinite(fa) ? fmax(fa, 0) / p->count : 0;
             L->backward_fixed_us = isfinite(ba) ? fmax(ba, 0) / p->count : 0;
+            L->forward_sq_us = fmax(out->term[PS_CALT_FWD_SQ][j], 0) * shf;
+            L->backward_sq_us = fmax(out->term[PS_CALT_BWD_SQ][j], 0) * shb;
             L->wgrad_us = -1;
             double kb = out->term[PS_CALT_CKPT_SAMPLE][j], ka = out->term[PS_CALT_CKPT_FIXED][j];
             if (isfinite(kb) || isfinite(ka)) {

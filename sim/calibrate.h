@@ -68,14 +68,18 @@ void ps_calib_finish(struct ps_calib *c); /* accepts a zeroed struct */
  * (X'WX)^-1 (sum_k w_k^2 r_k^2 x_k x_k') (X'WX)^-1 n / (n - rank) over the final IRLS weights w
  * and residuals r (rows of different kinds and scales keep their own spread): 0 for data the
  * model fits exactly. The fixed terms (Fa, Ba), the copy latency and the launch overhead are
- * constrained to be >= 0: a negative one (a per-sample cost that grows with the micro-batch
- * size, read by a straight line through two sizes, crosses zero above s = 0) is pinned at 0 and
- * the rest refitted without it (term_free keeps what it was). Per-layer costs: a partition's
+ * constrained to be >= 0: a negative one is pinned at 0 and the rest refitted without it
+ * (term_free keeps what it was). A negative fixed term of F or B says the per-sample cost grows
+ * with the micro-batch size (a straight line through two sizes crosses zero above s = 0): its
+ * pinning brings in that partition's s^2 term (Fc_j, Bc_j: F = Fa + s Fb + s^2 Fc, likewise R
+ * and the checkpointed F; B = Ba + s Bb + s^2 Bc), itself >= 0, so the per-sample cost is
+ * Fb + s Fc and the fit still passes through both sizes. Per-layer costs: a partition's
  * per-sample terms split in proportion to its layers' roofline times, its fixed terms in equal
  * parts (the trace has one range per partition task, so the layers inside it are not seen). */
 enum ps_calib_term { PS_CALT_FWD_FIXED, PS_CALT_FWD_SAMPLE, PS_CALT_BWD_FIXED, PS_CALT_BWD_SAMPLE,
                      PS_CALT_REC_FIXED, PS_CALT_REC_SAMPLE, /* R minus F; NaN: R = F */
                      PS_CALT_CKPT_FIXED, PS_CALT_CKPT_SAMPLE, /* checkpointed F minus F */
+                     PS_CALT_FWD_SQ, PS_CALT_BWD_SQ, /* x s^2 (0: not used) */
                      PS_CALT__COUNT };
 
 struct ps_calib_run {

@@ -104,11 +104,14 @@ int ps_cost_fill(const struct ps_graph *g, const struct ps_costs *c, double *cos
                 double bs = (double)g->mb_size[nd->mb];
                 scale = c->per_sample ? bs : bs / c->micro_batch;
             }
-            double f = 0, b = 0, w = 0, f0 = 0, b0 = 0, r = 0, r0 = 0, q = 0, q0 = 0;
+            double f = 0, b = 0, w = 0, f0 = 0, b0 = 0, r = 0, r0 = 0, q = 0, q0 = 0, f2 = 0,
+                   b2 = 0;
             for (int k = p->first; k < p->first + p->count; k++) {
                 const struct ps_cost_layer *cl = &c->layers[k];
                 q += cl->checkpointed_set ? cl->checkpointed_us : cl->forward_us;
                 q0 += cl->checkpointed_set ? cl->checkpointed_fixed_us : cl->forward_fixed_us;
+                f2 += cl->forward_sq_us;
+                b2 += cl->backward_sq_us;
                 r += cl->recompute_set ? cl->recompute_us : cl->forward_us;
                 r0 += cl->recompute_set ? cl->recompute_fixed_us : cl->forward_fixed_us;
                 f += c->layers[k].forward_us;
@@ -118,9 +121,11 @@ int ps_cost_fill(const struct ps_graph *g, const struct ps_costs *c, double *cos
                 b0 += c->layers[k].backward_fixed_us;
             }
             if (nd->kind == PS_NODE_COMPUTE && nd->phase == PS_PHASE_FWD)
-                t = nd->checkpointed ? q0 + q * scale : f0 + f * scale;
-            else if (nd->kind == PS_NODE_RECOMPUTE && nd->phase == PS_PHASE_BWD) t = r0 + r * scale;
-            else if (nd->kind == PS_NODE_COMPUTE) t = b0 + (has_wgrad(g, v) ? b - w : b) * scale;
+                t = (nd->checkpointed ? q0 + q * scale : f0 + f * scale) + f2 * scale * scale;
+            else if (nd->kind == PS_NODE_RECOMPUTE && nd->phase == PS_PHASE_BWD)
+                t = r0 + r * scale + f2 * scale * scale;
+            else if (nd->kind == PS_NODE_COMPUTE)
+                t = b0 + (has_wgrad(g, v) ? b - w : b) * scale + b2 * scale * scale;
             else if (nd->kind == PS_NODE_WGRAD) t = w * scale;
             else if (nd->kind == PS_NODE_OPTIM && c->optimizer_us && nd->part < c->n_optimizer)
                 t = c->optimizer_us[nd->part];
@@ -234,6 +239,9 @@ int ps_costs_parse(const char *json, const char *name, struct ps_costs **out,
         if ((rc = num(l, "checkpointed_us", false, 0, &cl->checkpointed_us, name, p, diag)) ||
             (rc = num(l, "checkpointed_fixed_us", false, 0, &cl->checkpointed_fixed_us, name, p,
                       diag)))
+            goto out;
+        if ((rc = num(l, "forward_sq_us", false, 0, &cl->forward_sq_us, name, p, diag)) ||
+            (rc = num(l, "backward_sq_us", false, 0, &cl->backward_sq_us, name, p, diag)))
             goto out;
         cl->checkpointed_set = cl->checkpointed_us >= 0 || cl->checkpointed_fixed_us >= 0;
         if (cl->checkpointed_us < 0) cl->checkpointed_us = cl->forward_us;

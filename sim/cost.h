@@ -39,6 +39,9 @@ struct ps_cost_layer {
        checkpointed_set false = forward's */
     bool checkpointed_set;
     double checkpointed_us, checkpointed_fixed_us;
+    /* time x scale^2 added to every F, R (forward_sq_us) and B (backward_sq_us) of the layer's
+       partition: a per-sample time that grows with the micro-batch size; 0 = none */
+    double forward_sq_us, backward_sq_us;
 };
 
 struct ps_costs {

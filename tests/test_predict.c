@@ -62,9 +62,9 @@ static void spec_text(char *buf, size_t n, int chunks, const char *ckpt)
  * R - F terms of partition 1 are -3 us and -1 us/sample, partition 0's are 0; layer 0's
  * checkpointed forward (no grad) takes 1.5 us/sample + 2 us instead of 2 + 3: partition 0's
  * checkpointed - F terms are -1 us and -0.5 us/sample, partition 1's 0 */
-static struct ps_cost_layer TRUTH_L[3] = {{2.0, 4.0, -1, 3.0, 5.0, false, 0, 0, true, 1.5, 2.0},
-                                          {0.5, 0.5, -1, 1.0, 1.0, false, 0, 0, false, 0, 0},
-                                          {3.0, 6.0, -1, 7.0, 2.0, true, 2.0, 4.0, false, 0, 0}};
+static struct ps_cost_layer TRUTH_L[3] = {{2.0, 4.0, -1, 3.0, 5.0, false, 0, 0, true, 1.5, 2.0, 0, 0},
+                                          {0.5, 0.5, -1, 1.0, 1.0, false, 0, 0, false, 0, 0, 0, 0},
+                                          {3.0, 6.0, -1, 7.0, 2.0, true, 2.0, 4.0, false, 0, 0, 0, 0}};
 static const double PART[2][PS_CALT__COUNT] = {{4.0, 2.5, 6.0, 4.5, 0, 0, -1.0, -0.5},
                                                {7.0, 3.0, 2.0, 6.0, -3.0, -1.0, 0, 0}};
 
@@ -182,8 +182,10 @@ static void test_fit_recovers_exact(void **state)
 
 /* A per-sample cost that grows with the micro-batch size: F of partition 0 made to take
  * 3 s^1.5 us (3 at 1 sample, 24 at 4). A straight line through the two sizes has intercept
- * -4 us; the fixed term is pinned at 0 (the free value kept) and the per-sample term is then the
- * least-squares slope through the origin, sum(s d) / sum(s^2) over those tasks. */
+ * -4 us; the fixed term is pinned at 0 (the free value kept) and the s^2 term comes in: per
+ * sample 3 at 1 and 6 at 4, so Fb + s Fc through them is Fb = 2, Fc = 1, exactly. Without the
+ * s^2 term (its column pinned) the per-sample term would be the least-squares slope through the
+ * origin, sum(s d) / sum(s^2) = 5.4; checked by hand below. */
 static void test_fixed_terms_constrained(void **state)
 {
     (void)state;
@@ -212,7 +214,20 @@ static void test_fixed_terms_constrained(void **state)
     assert_int_equal(ps_calibrate_runs(cr, 2, PS_CAL_MEAN, &fit, &d), 0);
     assert_near(fit.term[PS_CALT_FWD_FIXED][0], 0, 0);
     assert_near(fit.term_free[PS_CALT_FWD_FIXED][0], -4, 1e-6);
-    assert_near(fit.term[PS_CALT_FWD_SAMPLE][0], sd / ss, 1e-9);
+    assert_near(sd / ss, 5.4, 1e-9); /* 8 tasks of 1 sample, 3 us; 2 of 4, 24 us: 216 / 40 */
+    assert_near(fit.term[PS_CALT_FWD_SAMPLE][0], 2, 1e-6);
+    assert_near(fit.term[PS_CALT_FWD_SQ][0], 1, 1e-6);
+    assert_near(fit.term[PS_CALT_FWD_SQ][1], 0, 0);
+    /* the costs file reproduces 3 s^1.5 at both sizes: layers 0-1 carry partition 0 */
+    {
+        const struct ps_cost_layer *L = fit.costs->layers;
+        for (int sz = 1; sz <= 4; sz *= 4) {
+            double t = 0;
+            for (int l = 0; l < 2; l++)
+                t += L[l].forward_fixed_us + L[l].forward_us * sz + L[l].forward_sq_us * sz * sz;
+            assert_near(t, 3 * pow(sz, 1.5), 1e-6);
+        }
+    }
     /* the other partition's terms are untouched and not pinned */
     assert_near(fit.term[PS_CALT_FWD_FIXED][1], PART[1][PS_CALT_FWD_FIXED], 1e-6);
     assert_true(isnan(fit.term_free[PS_CALT_FWD_FIXED][1]));
@@ -267,6 +282,11 @@ static void test_fit_noise_uncertainty(void **state)
     for (int j = 0; j < 2; j++)
         for (int t = 0; t < PS_CALT__COUNT; t++) {
             double v = fit.term[t][j], sd = fit.term_sd[t][j];
+            if (t == PS_CALT_FWD_SQ || t == PS_CALT_BWD_SQ) {
+                /* the truth has positive fixed terms: no s^2 term is brought in */
+                assert_true(v == 0 && sd == 0);
+                continue;
+            }
             assert_true(isfinite(v) && sd > 0);
             if (fabs(v - PART[j][t]) > 4 * sd) {
                 print_error("partition %d term %d: %g, truth %g, sd %g\n", j, t, v, PART[j][t], sd);
@@ -298,9 +318,9 @@ static void test_fit_noise_uncertainty(void **state)
 static void test_cores_by_hand(void **state)
 {
     (void)state;
-    struct ps_cost_layer L[3] = {{0, 0, -1, 10, 20, false, 0, 0, false, 0, 0},
-                                 {0, 0, -1, 0, 0, false, 0, 0, false, 0, 0},
-                                 {0, 0, -1, 10, 20, false, 0, 0, false, 0, 0}};
+    struct ps_cost_layer L[3] = {{0, 0, -1, 10, 20, false, 0, 0, false, 0, 0, 0, 0},
+                                 {0, 0, -1, 0, 0, false, 0, 0, false, 0, 0, 0, 0},
+                                 {0, 0, -1, 10, 20, false, 0, 0, false, 0, 0, 0, 0}};
     struct ps_costs c = {.per_sample = true, .micro_batch = 1, .n_layers = 3, .layers = L,
                          .copy_bandwidth = -1, .copy_latency_us = -1, .launch_overhead_us = 0};
     struct fx f;

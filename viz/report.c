@@ -448,6 +448,10 @@ cJSON *ps_costs_json(const struct ps_costs *c)
             ps_json_add_number(x, "forward_fixed_us", c->layers[k].forward_fixed_us);
         if (c->layers[k].backward_fixed_us > 0)
             ps_json_add_number(x, "backward_fixed_us", c->layers[k].backward_fixed_us);
+        if (c->layers[k].forward_sq_us > 0)
+            ps_json_add_number(x, "forward_sq_us", c->layers[k].forward_sq_us);
+        if (c->layers[k].backward_sq_us > 0)
+            ps_json_add_number(x, "backward_sq_us", c->layers[k].backward_sq_us);
         if (c->layers[k].checkpointed_set) {
             ps_json_add_number(x, "checkpointed_us", c->layers[k].checkpointed_us);
             ps_json_add_number(x, "checkpointed_fixed_us", c->layers[k].checkpointed_fixed_us);
@@ -486,7 +490,8 @@ cJSON *ps_calib_fit_json(const struct ps_calib_fit *f)
         "forward_fixed_us",  "forward_us_per_sample",          "backward_fixed_us",
         "backward_us_per_sample", "recompute_minus_forward_fixed_us",
         "recompute_minus_forward_us_per_sample", "checkpointed_minus_forward_fixed_us",
-        "checkpointed_minus_forward_us_per_sample"};
+        "checkpointed_minus_forward_us_per_sample", "forward_us_per_sample_squared",
+        "backward_us_per_sample_squared"};
     static const char *const par[PS_CAL_OFFSET] = {"copy_bandwidth", "copy_latency_us",
                                                    "launch_overhead_us"};
     cJSON *o = cJSON_CreateObject();

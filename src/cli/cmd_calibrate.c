@@ -124,7 +124,8 @@ int ps_cmd_calibrate(struct ps_cli *cli)
                                                            "B fixed us", "B us/sample",
                                                            "R-F fixed us", "R-F us/sample",
                                                            "Fckpt-F fixed us",
-                                                           "Fckpt-F us/sample"};
+                                                           "Fckpt-F us/sample",
+                                                           "F us/sample^2", "B us/sample^2"};
             for (int t = 0; t < PS_CALT__COUNT; t++) {
                 snprintf(w, sizeof(w), "partition %d %s", j, tn[t]);
                 print_term(w, f->term[t][j], f->term_sd[t][j], f->term_free[t][j]);
