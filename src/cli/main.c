@@ -3,6 +3,7 @@
  *   pipescope COMMAND SPEC [--json FILE] [--trace FILE] [--svg FILE] [-o DIR] [-q|-v] [options]
  */
 #include <stdbool.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -379,8 +380,24 @@ static void usage(FILE *f)
                "-q, -v\n'pipescope help COMMAND' or 'pipescope COMMAND --help' shows a command's options,\ntheir defaults and an example. The spec format: src/SPEC.md.\n");
 }
 
+/* glibc's allocator, tuned for the executors' pattern (every task allocates its activations and
+   the step frees them all): without this, freed memory at the top of a thread's heap goes back
+   to the kernel and large buffers are mapped afresh, so the next micro-batch faults it in
+   again, page by page. Measured on conv32 (examples/conv32.json, chunks 16 never, 13 steps, 2
+   device threads): 41989 page faults and 22.5 ms per step, the forward of partition 0 621 us;
+   with the heap grown 64 MiB at a time and buffers under 32 MiB taken from it: 8256 faults
+   (those of loading), 19.1 ms, 440 us. Results do not depend on where buffers lie. */
+static void tune_allocator(void)
+{
+#if defined(M_TOP_PAD) && defined(M_MMAP_THRESHOLD)
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TOP_PAD, 64 << 20);
+#endif
+}
+
 int main(int argc, char **argv)
 {
+    tune_allocator();
     if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? PS_EXIT_INPUT : 0;
