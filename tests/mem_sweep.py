@@ -10,9 +10,9 @@ Rows: every spec of examples/ at its own settings, then examples/unet-timeline.j
 and 8 x chunks 2, 4, 8 (not 8 chunks of a batch of 4) x checkpoint never, except_last, always
 (one training step each). Each
 row is run with --serial (one sequence: the model follows the same order, so the two agree
-exactly) and, unless --serial-only, with a thread per device (the default of `run`: when a
-partition's input lands on the next device depends on the interleaving, so a device can read a
-little above its serial peak). The last line is the largest deviation from 1 of each mode.
+exactly) and, unless --serial-only, with a thread per device (the default of `run`: the devices'
+tasks interleave in another order than the one the model follows, so a device can read a little
+either side of 1). The last line is the largest deviation from 1 of each mode.
 Figures only; nothing is asserted (tests/test_exec.c pins the serial equality on small specs).
 """
 import glob
