@@ -16,7 +16,7 @@
  * the K x P matrix (85 MB for 64 channels at 192x192) is never stored or read back from memory.
  * Only the strided dx fallback stores dcol. The weights (the left operand of the forward and dx
  * products) are packed once per call for all samples (ps_cpu_apack).
- * With the AVX-512 kernel and at least 32 output channels, the forward and the stride-1 dx take
+ * With the AVX-512 kernel and at least 8 output channels, the forward, the stride-1 dx and dw take
  * dconv.c's gathered product instead (same bits, no column panels at all).
  * Invariants: buffers are per call (malloc, freed before return); samples are processed in
  * order, so results do not depend on the thread count (the sgemm splits C, never K).
