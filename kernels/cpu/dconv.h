@@ -6,7 +6,7 @@
 #include "kernels/cpu/kernels.h"
 
 /* True when this machine runs the gathered product for n_out output channels (the AVX-512
- * kernel is selected and n_out >= 32). */
+ * kernel is selected and n_out >= 8). */
 bool ps_cpu_dconv_usable(size_t n_out);
 /* y = conv2d(x, w) + b; 0, -ENOMEM, or -EOVERFLOW when a chunk is too large for 32-bit offsets
  * (the caller then takes conv.c's path). cache may be NULL. */
