@@ -551,7 +551,7 @@ static void page_comparison(const struct ps_diagnose *dg, struct ps_html *h)
         }
         if (!r->have_cmp) continue;
         const struct ps_compare *c = &r->cmp;
-        const char *head[] = {"metric", "measured", "simulated", "error"};
+        const char *head[] = {"metric", "measured", "simulated", "error (meas - sim) / meas"};
         char cap[128];
         if (r->res.steps == 1)
             snprintf(cap, sizeof(cap), "%s run (measured-%s.json), its only step", r->name,
@@ -608,7 +608,8 @@ static void page_comparison(const struct ps_diagnose *dg, struct ps_html *h)
                          "were fitted to, not the simulator's accuracy: that is the held-out "
                          "table below): calibrated to this run (costs-cpu.json, %u "
                          "observations, rank %u of %u, "
-                         "launch overhead %s): task span error %+.1f%% -> %+.1f%%%s; task "
+                         "launch overhead %s): task span error ((measured - simulated) / measured, "
+                         "the table's sign) %+.1f%% -> %+.1f%%%s; task "
                          "duration error median %s -> %s%s, p95 %s -> %s%s.%s",
                          cal->n_obs, cal->rank, cal->n_params,
                          cal->fitted[PS_CAL_LAUNCH] ? ps_viz_time(cal->value[PS_CAL_LAUNCH], b1, 32) : "not fitted",
