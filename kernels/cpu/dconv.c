@@ -143,11 +143,46 @@ struct gprob {
     size_t n_chunks, chunks_per_sample_group;
 };
 
+/* One thread's share of a product: items [lo, hi) (chunks of positions for y and dx, tap tiles
+ * for dw). */
 struct gwork {
     const struct gprob *g;
-    size_t c_lo, c_hi; /* chunks of this thread */
+    const float *dy; /* dw only */
+    float *dw;       /* dw only */
+    size_t lo, hi;
     int rc;
 };
+
+/* Runs fn on nt threads (the caller's one among them), items split evenly; a failed spawn runs
+ * its share here (same arithmetic). Returns the first error. */
+static int split_run(void *(*fn)(void *), struct gwork base, size_t items, size_t work)
+{
+    size_t nt = work >= PAR_MIN_WORK ? (size_t)ps_cpu_threads() : 1;
+    if (nt > items) nt = items;
+    if (nt > MAX_THREADS) nt = MAX_THREADS;
+    if (nt < 1) nt = 1;
+    struct gwork wk[MAX_THREADS];
+    pthread_t tid[MAX_THREADS];
+    bool started[MAX_THREADS] = {false};
+    for (size_t t = 0; t < nt; t++) {
+        wk[t] = base;
+        wk[t].lo = items * t / nt;
+        wk[t].hi = items * (t + 1) / nt;
+        wk[t].rc = 0;
+    }
+    for (size_t t = 1; t < nt; t++)
+        started[t] = pthread_create(&tid[t], NULL, fn, &wk[t]) == 0;
+    fn(&wk[0]);
+    int rc = wk[0].rc;
+    for (size_t t = 1; t < nt; t++) {
+        if (started[t])
+            pthread_join(tid[t], NULL);
+        else
+            fn(&wk[t]);
+        if (!rc) rc = wk[t].rc;
+    }
+    return rc;
+}
 
 #if HAVE_DCONV
 /* One TQ x TO tile over kc taps of a K block: acc[i] += img(q_i, p) * B[p, 0..31], a chain of
@@ -340,7 +375,7 @@ static void *gwork_main(void *arg)
         goto out;
     }
     tap_offsets(g, poff);
-    for (size_t ch = wk->c_lo; ch < wk->c_hi; ch++) {
+    for (size_t ch = wk->lo; ch < wk->hi; ch++) {
         size_t n0, ng, r0, nr;
         chunk_span(g, ch, &n0, &ng, &r0, &nr);
         for (size_t sm = 0; sm < ng; sm++) fill_rows(g, n0 + sm, r0, nr, xs + sm * cs);
@@ -388,27 +423,7 @@ static int gather_product(struct gprob *g)
     if (g->group * g->ci * g->irows * g->pw >= ((size_t)1 << 32)) return -EOVERFLOW;
 
     size_t work = g->n * plane * g->co * g->ci * g->kh * g->kw;
-    size_t nt = work >= PAR_MIN_WORK ? (size_t)ps_cpu_threads() : 1;
-    if (nt > g->n_chunks) nt = g->n_chunks;
-    if (nt > MAX_THREADS) nt = MAX_THREADS;
-    if (nt < 1) nt = 1;
-    struct gwork wk[MAX_THREADS];
-    pthread_t tid[MAX_THREADS];
-    bool started[MAX_THREADS] = {false};
-    for (size_t t = 0; t < nt; t++)
-        wk[t] = (struct gwork){g, g->n_chunks * t / nt, g->n_chunks * (t + 1) / nt, 0};
-    for (size_t t = 1; t < nt; t++)
-        started[t] = pthread_create(&tid[t], NULL, gwork_main, &wk[t]) == 0;
-    gwork_main(&wk[0]);
-    int rc = wk[0].rc;
-    for (size_t t = 1; t < nt; t++) {
-        if (started[t])
-            pthread_join(tid[t], NULL);
-        else
-            gwork_main(&wk[t]); /* a failed spawn runs here: same arithmetic */
-        if (!rc) rc = wk[t].rc;
-    }
-    return rc;
+    return split_run(gwork_main, (struct gwork){.g = g}, g->n_chunks, work);
 }
 
 int ps_cpu_dconv_forward(const struct ps_conv2d_shape *s, const float *x, const float *w,
@@ -474,14 +489,6 @@ int ps_cpu_dconv_dx(const struct ps_conv2d_shape *s, const float *w, const float
  * at multiples of KC inside a sample and the tile is added to dw after each block. */
 
 enum { WCHUNK = 4 * KC };
-
-struct wwork {
-    const struct gprob *g; /* img = x, out unused */
-    const float *dy;
-    float *dw;
-    size_t t_lo, t_hi; /* tap tiles of this thread (8 taps each) */
-    int rc;
-};
 
 #if HAVE_DCONV
 
@@ -564,7 +571,7 @@ AVX512_TARGET static void wtile_move(float *tile, size_t nt, size_t nj, size_t o
 
 static void *wwork_main(void *arg)
 {
-    struct wwork *wk = arg;
+    struct gwork *wk = arg;
     const struct gprob *g = wk->g;
     size_t k = g->ci * g->kh * g->kw, plane = g->oh * g->ow, np = round_up(g->co, TO) / TO;
     size_t cs = g->ci * g->irows * g->pw, G = g->group;
@@ -615,7 +622,7 @@ static void *wwork_main(void *arg)
                 }
 #if HAVE_DCONV
                 /* a tile's blocks one after the other: its 8 x 32 piece of dw stays in L1 */
-                for (size_t t = wk->t_lo; t < wk->t_hi; t++) {
+                for (size_t t = wk->lo; t < wk->hi; t++) {
                     size_t p0 = t * TQ, nt = k - p0 < TQ ? k - p0 : TQ;
                     wtile_move(tile, nt, nj, o0, p0, k, wk->dw, false);
                     for (size_t b = 0; b < nb; b++) {
@@ -654,25 +661,5 @@ int ps_cpu_dconv_dw(const struct ps_conv2d_shape *s, const float *x, const float
     if (g.group * g.ci * g.irows * g.pw >= ((size_t)1 << 32)) return -EOVERFLOW;
     size_t k = g.ci * g.kh * g.kw, tiles = (k + TQ - 1) / TQ;
     size_t work = g.n * g.oh * g.ow * g.co * k;
-    size_t nt = work >= PAR_MIN_WORK ? (size_t)ps_cpu_threads() : 1;
-    if (nt > tiles) nt = tiles;
-    if (nt > MAX_THREADS) nt = MAX_THREADS;
-    if (nt < 1) nt = 1;
-    struct wwork wk[MAX_THREADS];
-    pthread_t tid[MAX_THREADS];
-    bool started[MAX_THREADS] = {false};
-    for (size_t t = 0; t < nt; t++)
-        wk[t] = (struct wwork){&g, dy, dw, tiles * t / nt, tiles * (t + 1) / nt, 0};
-    for (size_t t = 1; t < nt; t++)
-        started[t] = pthread_create(&tid[t], NULL, wwork_main, &wk[t]) == 0;
-    wwork_main(&wk[0]);
-    int rc = wk[0].rc;
-    for (size_t t = 1; t < nt; t++) {
-        if (started[t])
-            pthread_join(tid[t], NULL);
-        else
-            wwork_main(&wk[t]);
-        if (!rc) rc = wk[t].rc;
-    }
-    return rc;
+    return split_run(wwork_main, (struct gwork){.g = &g, .dy = dy, .dw = dw}, tiles, work);
 }
