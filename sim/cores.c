@@ -147,3 +147,21 @@ void ps_cores_finish(struct ps_cores_result *r)
     ps_trace_finish(&r->trace);
     memset(r, 0, sizeof(*r));
 }
+
+int ps_sim_serial(const struct ps_graph *g, const struct ps_order *order, const double *cost_us,
+                  struct ps_cores_result *out, struct ps_diag *diag)
+{
+    memset(out, 0, sizeof(*out));
+    ps_trace_init(&out->trace, PS_TRACE_SIMULATED);
+    double t = 0;
+    for (uint32_t k = 0; k < order->n; k++) {
+        uint32_t v = order->node[k];
+        const struct ps_node *n = &g->nodes[v];
+        if (!is_work(n)) continue;
+        if (n->stream >= 0 && ps_trace_add(&out->trace, v, n->device, n->stream, t, cost_us[v], NULL))
+            return ps_diag_set(diag, -ENOMEM, "simulate", "out of memory");
+        t += cost_us[v];
+    }
+    out->makespan_us = t;
+    return 0;
+}

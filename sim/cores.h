@@ -31,4 +31,9 @@ int ps_sim_cores(const struct ps_graph *g, const struct ps_order *order, const d
                  int cores, struct ps_cores_result *out, struct ps_diag *diag);
 void ps_cores_finish(struct ps_cores_result *r); /* accepts a zeroed struct */
 
+/* The serial executor (`run --serial`): every work node in the order's sequence, each starting
+ * when the one before it ends, whatever its device. Same result struct; 0 or -ENOMEM. */
+int ps_sim_serial(const struct ps_graph *g, const struct ps_order *order, const double *cost_us,
+                  struct ps_cores_result *out, struct ps_diag *diag);
+
 #endif

@@ -353,6 +353,32 @@ static void test_cores_by_hand(void **state)
         assert_int_equal(found, 6);
         ps_cores_finish(&r);
     }
+    /* the serial executor (run --serial): the order's work nodes back to back, 4 F of 10 us
+       and 4 B of 20 us = 120 us, in PyTorch's engine order for GPipe m=2 (pinned against
+       PyTorch-recorded orders by tests/run_order_goldens.sh; backward takes micro-batch 1's
+       partition 0 before micro-batch 0's partition 1) */
+    {
+        struct ps_cores_result r;
+        struct ps_diag d;
+        ps_diag_clear(&d);
+        assert_int_equal(ps_sim_serial(f.g, &f.o, f.cost, &r, &d), 0);
+        assert_near(r.makespan_us, 120, 1e-3);
+        static const char *node[8] = {"F(0,0)", "F(1,0)", "F(0,1)", "F(1,1)",
+                                      "B(1,1)", "B(1,0)", "B(0,1)", "B(0,0)"};
+        static const double start[8] = {0, 10, 20, 30, 40, 60, 80, 100};
+        int found = 0;
+        for (uint32_t k = 0; k < r.trace.n; k++) {
+            char name[64];
+            ps_node_name(f.g, r.trace.r[k].node, name, (int)sizeof(name));
+            for (int i = 0; i < 8; i++)
+                if (!strcmp(name, node[i])) {
+                    assert_near(r.trace.r[k].start_us, start[i], 1e-3);
+                    found++;
+                }
+        }
+        assert_int_equal(found, 8);
+        ps_cores_finish(&r);
+    }
     /* as many cores as devices and no launch cost: the pipeline simulator's makespan */
     assert_near(f.sim.makespan_us, 90, 1e-3 + 4 * 2.0 /* copies at the spec's link */);
     fx_free(&f);

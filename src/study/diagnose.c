@@ -337,8 +337,11 @@ void ps_diagnose_execute(struct ps_diagnose *dg)
     if (cpu->ok && cpu->have_cmp) {
         struct ps_diag cd;
         ps_diag_clear(&cd);
+        /* the CPU run is serial: one task after another in the order is its timing model */
+        dg->cal_cores = PS_STUDY_SERIAL;
         dg->have_cal = ps_study_calibrate(dg->spec, dg->model, &dg->sim, &cpu->res.trace, true,
-                                          &dg->cal, &dg->sim_cal, &dg->cmp_cal, &cd) == 0;
+                                          dg->cal_cores, &dg->cal, &dg->sim_cal, &dg->cmp_cal,
+                                          &cd) == 0;
     }
     if (cpu->ok) held_out(dg);
     else snprintf(dg->pred_why, sizeof(dg->pred_why), "the CPU run did not happen");

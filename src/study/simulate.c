@@ -2,6 +2,8 @@
  * the costs to a measurement (study.h). */
 #include "src/study/study.h"
 
+#include "sim/cores.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,15 +53,37 @@ int ps_study_costs(const struct ps_spec *spec, const char *override, struct ps_c
     return rc;
 }
 
+/* sim's timeline replaced by the devices-as-threads one on `cores` cores, or the serial one
+ * (PS_STUDY_SERIAL); no launches */
+static int as_threads(struct ps_study_sim *sim, int cores, struct ps_diag *diag)
+{
+    struct ps_cores_result cr = {0};
+    int rc = cores == PS_STUDY_SERIAL
+                 ? ps_sim_serial(sim->g, &sim->order, sim->cost, &cr, diag)
+                 : ps_sim_cores(sim->g, &sim->order, sim->cost, cores, &cr, diag);
+    if (rc) return rc;
+    struct ps_trace t = sim->sim.trace;
+    sim->sim.trace = cr.trace;
+    cr.trace = t;
+    sim->sim.makespan_us = cr.makespan_us;
+    free(sim->sim.issue_us);
+    sim->sim.issue_us = NULL;
+    sim->sim.launch_us = 0;
+    ps_cores_finish(&cr);
+    return 0;
+}
+
 int ps_study_calibrate(const struct ps_spec *spec, const struct ps_model *model,
                        const struct ps_study_sim *base, const struct ps_trace *meas,
-                       bool per_sample, struct ps_calib *cal, struct ps_study_sim *sim_cal,
-                       struct ps_compare *cmp_cal, struct ps_diag *diag)
+                       bool per_sample, int cores, struct ps_calib *cal,
+                       struct ps_study_sim *sim_cal, struct ps_compare *cmp_cal,
+                       struct ps_diag *diag)
 {
     struct ps_variant v;
     ps_variant_from_spec(spec, &v);
     int rc = ps_calibrate(base->g, &base->order, meas, per_sample, cal, diag);
     if (!rc) rc = ps_study_simulate(spec, model, &v, NULL, cal->costs, sim_cal, diag);
+    if (!rc && cores != 0) rc = as_threads(sim_cal, cores, diag);
     if (!rc) rc = ps_compare_run(sim_cal->g, &sim_cal->sim.trace, meas, cmp_cal, diag);
     return rc;
 }

@@ -62,11 +62,16 @@ int ps_study_costs(const struct ps_spec *spec, const char *override, struct ps_c
 
 /* Compare + calibrate: the costs fitted to a measured trace of base's graph (sim/calibrate.h),
  * the spec's variant simulated again with them, and that simulation compared with the trace.
- * per_sample selects the costs file's unit. 0 or a negative errno with diag. */
+ * per_sample selects the costs file's unit. cores 0: simulated by the pipeline simulator (a GPU
+ * run, or devices that each have a core); cores >= 1: as devices that are threads on that many
+ * cores; PS_STUDY_SERIAL: as `run --serial`, one task after another in the order (sim/cores.h).
+ * Those timelines replace sim_cal's, without launches. 0 or a negative errno with diag. */
+#define PS_STUDY_SERIAL (-1)
 int ps_study_calibrate(const struct ps_spec *spec, const struct ps_model *model,
                        const struct ps_study_sim *base, const struct ps_trace *meas,
-                       bool per_sample, struct ps_calib *cal, struct ps_study_sim *sim_cal,
-                       struct ps_compare *cmp_cal, struct ps_diag *diag);
+                       bool per_sample, int cores, struct ps_calib *cal,
+                       struct ps_study_sim *sim_cal, struct ps_compare *cmp_cal,
+                       struct ps_diag *diag);
 
 /* ---- whatif.c ------------------------------------------------------------------------------ */
 
@@ -311,6 +316,7 @@ struct ps_diagnose {
     /* execute */
     struct ps_diagnose_run runs[2];    /* cpu, cuda */
     bool have_cal;                     /* costs calibrated to the CPU run, simulated again */
+    int cal_cores;                     /* ... simulated so (ps_study_calibrate's cores) */
     struct ps_calib cal;
     struct ps_study_sim sim_cal;
     struct ps_compare cmp_cal;
