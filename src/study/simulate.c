@@ -82,6 +82,12 @@ int ps_study_calibrate(const struct ps_spec *spec, const struct ps_model *model,
     struct ps_variant v;
     ps_variant_from_spec(spec, &v);
     int rc = ps_calibrate(base->g, &base->order, meas, per_sample, cal, diag);
+    if (!rc && cores != 0) {
+        /* threads on cores, or one sequence: a start waits for a core, not for a launch, so the
+           start-time gaps are not launch overhead (the task durations are fitted apart) */
+        cal->fitted[PS_CAL_LAUNCH] = false;
+        cal->costs->launch_overhead_us = 0;
+    }
     if (!rc) rc = ps_study_simulate(spec, model, &v, NULL, cal->costs, sim_cal, diag);
     if (!rc && cores != 0) rc = as_threads(sim_cal, cores, diag);
     if (!rc) rc = ps_compare_run(sim_cal->g, &sim_cal->sim.trace, meas, cmp_cal, diag);
