@@ -120,12 +120,14 @@ int ps_cost_fill(const struct ps_graph *g, const struct ps_costs *c, double *cos
                 f0 += c->layers[k].forward_fixed_us;
                 b0 += c->layers[k].backward_fixed_us;
             }
+            /* scale^2, but not extrapolated past the largest fitted scale */
+            double s2 = scale * (c->sq_max_scale > 0 ? fmin(scale, c->sq_max_scale) : scale);
             if (nd->kind == PS_NODE_COMPUTE && nd->phase == PS_PHASE_FWD)
-                t = (nd->checkpointed ? q0 + q * scale : f0 + f * scale) + f2 * scale * scale;
+                t = (nd->checkpointed ? q0 + q * scale : f0 + f * scale) + f2 * s2;
             else if (nd->kind == PS_NODE_RECOMPUTE && nd->phase == PS_PHASE_BWD)
-                t = r0 + r * scale + f2 * scale * scale;
+                t = r0 + r * scale + f2 * s2;
             else if (nd->kind == PS_NODE_COMPUTE)
-                t = b0 + (has_wgrad(g, v) ? b - w : b) * scale + b2 * scale * scale;
+                t = b0 + (has_wgrad(g, v) ? b - w : b) * scale + b2 * s2;
             else if (nd->kind == PS_NODE_WGRAD) t = w * scale;
             else if (nd->kind == PS_NODE_OPTIM && c->optimizer_us && nd->part < c->n_optimizer)
                 t = c->optimizer_us[nd->part];
@@ -157,7 +159,7 @@ static int num(const cJSON *o, const char *key, bool req, double lo, double *out
     double hi = INFINITY;
     if (strstr(key, "_us")) hi = PS_COSTS_MAX_US;
     else if (!strcmp(key, "bandwidth")) hi = 1e16;
-    else if (!strcmp(key, "micro_batch_size")) hi = 1048576;
+    else if (!strcmp(key, "micro_batch_size") || !strcmp(key, "sq_max_scale")) hi = 1048576;
     if (x->valuedouble > hi)
         return ps_diag_set(d, -EINVAL, name, "%s%s: %g is more than %g", path, key, x->valuedouble,
                            hi);
@@ -257,6 +259,7 @@ int ps_costs_parse(const char *json, const char *name, struct ps_costs **out,
         goto out;
     if ((rc = num(root, "launch_overhead_us", false, 0, &c->launch_overhead_us, name, "", diag)))
         goto out;
+    if ((rc = num(root, "sq_max_scale", false, 0, &c->sq_max_scale, name, "", diag))) goto out;
     const cJSON *op = cJSON_GetObjectItemCaseSensitive(root, "optimizer_us");
     if (op) {
         if (!cJSON_IsArray(op)) {

@@ -52,6 +52,9 @@ struct ps_costs {
     double copy_bandwidth;     /* bytes/s; <= 0 = spec hardware.link */
     double copy_latency_us;    /* < 0 = spec */
     double launch_overhead_us; /* < 0 = spec */
+    /* the largest scale the x scale^2 terms were fitted at: above it they grow as scale x
+       sq_max_scale (the per-sample time stays at its value there); <= 0 = no limit */
+    double sq_max_scale;
     int n_optimizer;
     double *optimizer_us;      /* per partition, NULL = roofline */
 };

@@ -228,6 +228,25 @@ static void test_fixed_terms_constrained(void **state)
             assert_near(t, 3 * pow(sz, 1.5), 1e-6);
         }
     }
+    /* past the largest fitted size (4) the s^2 term is not extrapolated: the per-sample time
+       stays at 2 + 4 x 1 = 6, so a micro-batch of 8 (chunks 1) costs 8 x 6 = 48 us on
+       partition 0, where an unbounded 2 s + s^2 would say 80 (the truth here, 3 s^1.5, is
+       67.9: the bounded term errs less and on the side of the fitted data) */
+    assert_near(fit.costs->sq_max_scale, 4, 0);
+    {
+        struct fx f8;
+        fx_build(&f8, 1, "never", fit.costs);
+        int seen = 0;
+        for (uint32_t v = 0; v < f8.g->n_nodes; v++) {
+            const struct ps_node *nd = &f8.g->nodes[v];
+            if (nd->kind != PS_NODE_COMPUTE || nd->phase != PS_PHASE_FWD || nd->part != 0) continue;
+            assert_int_equal(f8.g->mb_size[nd->mb], 8);
+            assert_near(f8.cost[v], 48, 1e-6);
+            seen++;
+        }
+        assert_int_equal(seen, 1);
+        fx_free(&f8);
+    }
     /* the other partition's terms are untouched and not pinned */
     assert_near(fit.term[PS_CALT_FWD_FIXED][1], PART[1][PS_CALT_FWD_FIXED], 1e-6);
     assert_true(isnan(fit.term_free[PS_CALT_FWD_FIXED][1]));

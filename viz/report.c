@@ -468,6 +468,7 @@ cJSON *ps_costs_json(const struct ps_costs *c)
         if (c->copy_latency_us >= 0) ps_json_add_number(cp, "latency_us", c->copy_latency_us);
     }
     if (c->launch_overhead_us >= 0) ps_json_add_number(o, "launch_overhead_us", c->launch_overhead_us);
+    if (c->sq_max_scale > 0) ps_json_add_number(o, "sq_max_scale", c->sq_max_scale);
     if (c->optimizer_us) {
         cJSON *op = cJSON_AddArrayToObject(o, "optimizer_us");
         for (int k = 0; k < c->n_optimizer; k++) ps_json_add_number(op, NULL, c->optimizer_us[k]);
