@@ -744,10 +744,19 @@ static void page_batchnorm(const struct ps_diagnose *dg, struct ps_html *h)
         for (int k = 0; k < dg->bud.n_reduced; k++) ps_html_para(h, "%s", dg->bud.reduced[k]);
     }
     ps_html_section(h, "files", "Files");
-    ps_html_para(h, "report.json (the whole report), simulated.json and measured-*.json (Chrome "
-                    "traces: open them in Perfetto or chrome://tracing), graph.svg, timeline.svg, "
-                    "drift-*.svg, costs-cpu.json (costs calibrated to the CPU run: pass it with "
-                    "--costs).");
+    /* what write_files wrote, no more */
+    const struct ps_diagnose_run *best = best_run(dg);
+    bool measured = dg->runs[0].ok || dg->runs[1].ok;
+    bool adv = dg->have_advise && dg->advise.recommended >= 0;
+    ps_html_para(h, "report.json (the whole report), simulated.json%s (Chrome traces: open them "
+                    "in Perfetto or chrome://tracing), graph.svg, timeline-simulated.svg%s%s%s%s.",
+                 measured ? " and measured-*.json" : "",
+                 best ? ", timeline.svg, graph-errors.svg" : "",
+                 adv ? ", pareto.svg, recommended.json (the recommended configuration's spec)" : "",
+                 dg->have_drift ? ", drift-var.svg, drift-mean.svg, drift-gap.svg" : "",
+                 dg->have_cal ? ", costs-cpu.json (costs calibrated to the CPU run: pass it with "
+                                "--costs)"
+                              : "");
     ps_html_para_link(h, "Every file, JSON field and picture of this folder is described in ",
                       "report-format.html", "viz/REPORT.md", " (a copy).");
 }
