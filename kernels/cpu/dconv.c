@@ -1,4 +1,5 @@
-/* dconv: conv2d's forward and input gradient as a gathered product, without a column matrix.
+/* dconv: conv2d's forward, input gradient and weight gradient as gathered products, without a
+ * column matrix.
  *
  * The product is turned around compared with conv.c's im2col: output POSITIONS are the rows of
  * the register tile (one broadcast each) and output CHANNELS its columns (two 16-float AVX-512
@@ -13,7 +14,8 @@
  *
  * The input gradient of a stride-1 convolution is itself a convolution (conv.c, conv_dx): of dy,
  * padded by k-1-padding, with the weight transposed in channels and flipped in space; its B is
- * packed straight from w.
+ * packed straight from w. The weight gradient turns the roles once more (taps broadcast, dy
+ * transposed per block of positions; "the weight gradient" below).
  *
  * Invariants:
  *  1. Same bits as conv.c's path on the same machine: per output element, the products over p
@@ -23,8 +25,9 @@
  *  2. Used only with the AVX-512 kernel selected (ps_cpu_gemm_kernel) and at least 8 output
  *     channels (a panel of 32 with 16 real channels still beats packing columns: seed1's
  *     16-channel layers run 1.2-1.6x faster); everything else keeps conv.c's path.
- *  3. Threads (ps_cpu_threads) take disjoint chunks of positions; every output element is
- *     computed by one thread with the same operations, so results do not depend on the count.
+ *  3. Threads (ps_cpu_threads) take disjoint chunks of positions (y, dx) or tap tiles (dw);
+ *     every output element is computed by one thread with the same operations, so results do
+ *     not depend on the count.
  *  4. Buffers are per call except the packed weights, which the caller's cache owns.
  */
 #include "kernels/cpu/dconv.h"
