@@ -681,10 +681,9 @@ static int alloc_buffers(struct exec *ex, const struct ps_data *dt)
     ex->xbatch = malloc((size_t)(ex->batch * dt->in_numel) * sizeof(float));
     if (dt->labels) ex->labels = malloc((size_t)ex->batch * sizeof(int64_t));
     if (dt->rows) ex->rows = malloc((size_t)(ex->batch * dt->out_numel) * sizeof(float));
-    if (!ex->act || !ex->grad || !ex->saved || !ex->live || !ex->wpack || !ex->mb_loss || !ex->loss_done ||
-        !ex->held_in || !ex->alias ||
-        !ex->mb_off || !ex->layer_dev || !ex->xbatch || (dt->labels && !ex->labels) ||
-        (dt->rows && !ex->rows))
+    if (!ex->act || !ex->grad || !ex->saved || !ex->live || !ex->wpack || !ex->mb_loss ||
+        !ex->loss_done || !ex->held_in || !ex->alias || !ex->mb_off || !ex->layer_dev ||
+        !ex->xbatch || (dt->labels && !ex->labels) || (dt->rows && !ex->rows))
         return -ENOMEM;
     for (int j = 0; j < ex->n; j++) {
         /* the device its tasks run on (an interleaved plan puts several stages on one) */

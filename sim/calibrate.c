@@ -660,9 +660,13 @@ int ps_calibrate_runs(const struct ps_calib_run *runs, int n, enum ps_calib_loss
     out->costs = c;
     c->per_sample = true;
     c->micro_batch = 1;
-    /* the s^2 terms hold between the sizes they were fitted at, no further: a curvature read
-       from two or three sizes says nothing past the largest (sim/COSTS.md) */
-    for (int r = 0; r < n; r++)
+    /* the s^2 terms (when there are any) hold between the sizes they were fitted at, no
+       further: a curvature read from two or three sizes says nothing past the largest
+       (sim/COSTS.md) */
+    bool any_sq = false;
+    for (int j = 0; j < np_; j++)
+        any_sq |= out->term[PS_CALT_FWD_SQ][j] > 0 || out->term[PS_CALT_BWD_SQ][j] > 0;
+    for (int r = 0; any_sq && r < n; r++)
         for (int i = 0; runs[r].g->mb_size && i < runs[r].g->m; i++)
             c->sq_max_scale = fmax(c->sq_max_scale, (double)runs[r].g->mb_size[i]);
     c->n_layers = spec->n_layers;
