@@ -158,7 +158,8 @@ int ps_sim_serial(const struct ps_graph *g, const struct ps_order *order, const 
         uint32_t v = order->node[k];
         const struct ps_node *n = &g->nodes[v];
         if (!is_work(n)) continue;
-        if (n->stream >= 0 && ps_trace_add(&out->trace, v, n->device, n->stream, t, cost_us[v], NULL))
+        if (n->stream >= 0 &&
+            ps_trace_add(&out->trace, v, n->device, n->stream, t, cost_us[v], NULL))
             return ps_diag_set(diag, -ENOMEM, "simulate", "out of memory");
         t += cost_us[v];
     }

@@ -285,8 +285,8 @@ int ps_cmd_compare(struct ps_cli *cli)
     }
     int exceeded = ps_compare_check(&cmp, &tol, why, sizeof(why));
     if (cal_path) {
-        if (ps_study_calibrate(spec, model, &run, &tm, !strcmp(unit, "sample"), 0, &cal, &run2, &cmp2,
-                               &d) ||
+        if (ps_study_calibrate(spec, model, &run, &tm, !strcmp(unit, "sample"), 0, &cal, &run2,
+                               &cmp2, &d) ||
             ps_costs_write(cal.costs, cal_path, &d)) {
             code = ps_cli_fail(&d, PS_EXIT_INPUT);
             goto out;

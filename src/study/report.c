@@ -607,16 +607,17 @@ static void page_comparison(const struct ps_diagnose *dg, struct ps_html *h)
                          "In-sample fit (how well per-partition costs describe the run they "
                          "were fitted to, not the simulator's accuracy: that is the held-out "
                          "table below): calibrated to this run (costs-cpu.json, %u "
-                         "observations, rank %u of %u, %s%s): task span error ((measured - simulated) / measured, "
-                         "the table's sign) %+.1f%% -> %+.1f%%%s; task "
+                         "observations, rank %u of %u, %s%s): task span error ((measured - "
+                         "simulated) / measured, the table's sign) %+.1f%% -> %+.1f%%%s; task "
                          "duration error median %s -> %s%s, p95 %s -> %s%s.%s",
                          cal->n_obs, cal->rank, cal->n_params,
                          dg->cal_cores ? "simulated as the serial run it is: one task after "
                                          "another in the order, no launches"
                                        : "launch overhead ",
-                         dg->cal_cores                ? ""
-                         : cal->fitted[PS_CAL_LAUNCH] ? ps_viz_time(cal->value[PS_CAL_LAUNCH], b1, 32)
-                                                      : "not fitted",
+                         dg->cal_cores ? ""
+                         : cal->fitted[PS_CAL_LAUNCH]
+                             ? ps_viz_time(cal->value[PS_CAL_LAUNCH], b1, 32)
+                             : "not fitted",
                          100 * c->makespan_error, 100 * ccal->makespan_error,
                          span_worse ? " (worse)" : "",
                          fmt(b4, 32, "%.1f%%", 100 * c->dur_rel.median),
