@@ -362,21 +362,35 @@ static void tap_offsets(const struct gprob *g, uint32_t *poff)
                 poff[p++] = (uint32_t)((c * g->irows + i) * g->pw + j);
 }
 
+/* n consecutive 64-byte aligned pieces of the given sizes, out of the calling thread's
+ * workspace (kernels/cpu/scratch.c); false: no memory. */
+static bool carve(size_t n, const size_t *bytes, void **out)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) total += round_up(bytes[i], 64);
+    char *base = ps_cpu_scratch(PS_CPU_SCRATCH_DCONV, total);
+    if (!base) return false;
+    for (size_t i = 0, off = 0; i < n; off += round_up(bytes[i], 64), i++) out[i] = base + off;
+    return true;
+}
+
 static void *gwork_main(void *arg)
 {
     struct gwork *wk = arg;
     const struct gprob *g = wk->g;
     size_t k = g->ci * g->kh * g->kw, cs = g->ci * g->irows * g->pw;
     size_t qmax = g->group * g->rows * g->ow, qpad = round_up(qmax, TQ);
-    float *xs = aligned_alloc(64, round_up(g->group * cs * sizeof(float), 64));
-    float *cb = aligned_alloc(64, qpad * TO * sizeof(float));
-    float *part = aligned_alloc(64, qpad * TO * sizeof(float));
-    uint32_t *qin = malloc(qpad * sizeof(uint32_t)), *poff = malloc(k * sizeof(uint32_t));
-    size_t *qout = malloc(qmax * sizeof(size_t));
-    if (!xs || !cb || !part || !qin || !poff || !qout) {
+    void *pc[6];
+    const size_t sz[6] = {g->group * cs * sizeof(float), qpad * TO * sizeof(float),
+                          qpad * TO * sizeof(float),     qpad * sizeof(uint32_t),
+                          k * sizeof(uint32_t),          qmax * sizeof(size_t)};
+    if (!carve(6, sz, pc)) {
         wk->rc = -ENOMEM;
-        goto out;
+        return NULL;
     }
+    float *xs = pc[0], *cb = pc[1], *part = pc[2];
+    uint32_t *qin = pc[3], *poff = pc[4];
+    size_t *qout = pc[5];
     tap_offsets(g, poff);
     for (size_t ch = wk->lo; ch < wk->hi; ch++) {
         size_t n0, ng, r0, nr;
@@ -395,13 +409,6 @@ static void *gwork_main(void *arg)
         chunk_product(g, xs, qin, qout, nq, poff, cb, part);
 #endif
     }
-out:
-    free(xs);
-    free(cb);
-    free(part);
-    free(qin);
-    free(poff);
-    free(qout);
     return NULL;
 }
 
@@ -582,16 +589,17 @@ static void *wwork_main(void *arg)
      * one sample from a multiple of KC */
     size_t span = G > 1 || plane <= WCHUNK ? plane : WCHUNK;
     size_t nblk_max = G * ((span + KC - 1) / KC);
-    float *xs = aligned_alloc(64, round_up(G * cs * sizeof(float), 64));
-    float *dyt = aligned_alloc(64, nblk_max * KC * TO * sizeof(float));
-    float *tile = aligned_alloc(64, TQ * TO * sizeof(float));
-    uint32_t *qin = malloc(G * span * sizeof(uint32_t));
-    uint32_t *poff = malloc(round_up(k, TQ) * sizeof(uint32_t));
-    size_t *blk = malloc(nblk_max * 3 * sizeof(size_t)); /* sample, first position, count */
-    if (!xs || !dyt || !tile || !qin || !poff || !blk) {
+    void *pc[6];
+    const size_t sz[6] = {G * cs * sizeof(float),          nblk_max * KC * TO * sizeof(float),
+                          TQ * TO * sizeof(float),          G * span * sizeof(uint32_t),
+                          round_up(k, TQ) * sizeof(uint32_t), nblk_max * 3 * sizeof(size_t)};
+    if (!carve(6, sz, pc)) {
         wk->rc = -ENOMEM;
-        goto out;
+        return NULL;
     }
+    float *xs = pc[0], *dyt = pc[1], *tile = pc[2];
+    uint32_t *qin = pc[3], *poff = pc[4];
+    size_t *blk = pc[5]; /* per block: sample, first position, count */
     tap_offsets(g, poff);
     for (size_t p = k; p < round_up(k, TQ); p++)
         poff[p] = poff[k - 1]; /* unused taps of the last tile */
@@ -638,13 +646,6 @@ static void *wwork_main(void *arg)
 #endif
             }
         }
-out:
-    free(xs);
-    free(dyt);
-    free(tile);
-    free(qin);
-    free(poff);
-    free(blk);
     return NULL;
 }
 

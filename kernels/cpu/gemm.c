@@ -430,7 +430,7 @@ static int sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float
         }
         total += pack_floats(parts[t].n, nb);
     }
-    float *buf = aligned_alloc(64, total * sizeof(float));
+    float *buf = ps_cpu_scratch(PS_CPU_SCRATCH_GEMM, total * sizeof(float));
     if (!buf) return -ENOMEM;
     float *p = buf;
     for (size_t t = 0; t < nt; t++) {
@@ -449,7 +449,6 @@ static int sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float
     for (size_t t = 1; t <= started; t++) pthread_join(tid[t], NULL);
     /* A failed spawn is not an error: the remaining slices run here, same arithmetic. */
     for (size_t t = started + 1; t < nt; t++) gemm_serial(&parts[t]);
-    free(buf);
     return 0;
 }
 

@@ -32,6 +32,13 @@ void ps_cpu_set_threads(int n);
 void ps_cpu_set_threads_local(int n);
 int ps_cpu_threads(void);
 
+/* Per-thread workspace (scratch.c): the slot's buffer of at least bytes, 64-byte aligned, kept
+ * for the thread's next call (NULL: no memory). Each kernel family has its slot. */
+enum ps_cpu_scratch_slot { PS_CPU_SCRATCH_GEMM, PS_CPU_SCRATCH_DCONV, PS_CPU_SCRATCH_SLOTS };
+void *ps_cpu_scratch(enum ps_cpu_scratch_slot slot, size_t bytes);
+/* Frees the calling thread's workspace (threads that exit free theirs). */
+void ps_cpu_scratch_release(void);
+
 /* The sgemm kernel in use: "plain", "fma" (AVX2) or "avx512", the widest this CPU runs by
  * default. ps_cpu_gemm_use selects one of those this CPU runs (NULL = the default again), for
  * tests and benchmarks; -ENOTSUP for an unknown name or one the CPU lacks. The fma and avx512
