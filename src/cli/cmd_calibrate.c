@@ -113,8 +113,14 @@ int ps_cmd_calibrate(struct ps_cli *cli)
     const struct ps_calib_fit *f = &p.fit;
     bool quiet = cli->verbosity < 0 || (cli->json && !strcmp(cli->json, "-"));
     if (!quiet) {
-        printf("calibrate: %d run%s fitted, %d held out\n", n_fit, n_fit == 1 ? "" : "s",
-               n - n_fit);
+        int n_cfg = 0;
+        for (int j = 0; j < p.n_groups; j++) n_cfg += !p.groups[j].holdout;
+        printf("calibrate: %d run%s to fit (%d configuration%s), %d held out", n_fit,
+               n_fit == 1 ? "" : "s", n_cfg, n_cfg == 1 ? "" : "s", n - n_fit);
+        if (p.n_fitted < n_fit)
+            printf("; the fit reads %d: the least disturbed run (smallest makespan) of each "
+                   "configuration, as --measured min compares", p.n_fitted);
+        printf("\n");
         printf("fit: %u observations, %u parameters, rank %u, %u host-bound starts, %u outliers, "
                "rms %.3f us\n",
                f->n_obs, f->n_params, f->rank, f->n_host_bound, f->n_trimmed, f->rms_us);

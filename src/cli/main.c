@@ -263,7 +263,9 @@ static const char help_calibrate[] =
     "                       --run runs best (default: 0)\n"
     "  --measured median|min the measured makespan of a configuration given several times:\n"
     "                       the median of its runs, or the minimum (the least disturbed by\n"
-    "                       other load) (default: median)\n"
+    "                       other load; the fit then reads only the least disturbed run of each\n"
+    "                       --run configuration, so its costs are at the same speed)\n"
+    "                       (default: median)\n"
     SHARED_JSON SHARED_Q
     "\nexample:\n  pipescope calibrate --run c2.json c2.trace.json --run c16.json c16.trace.json "
     "\\\n      --holdout c8.json c8.trace.json -o costs.json\n";

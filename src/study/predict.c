@@ -140,24 +140,48 @@ static int predict_all(struct ps_predict *p, int cores, struct ps_diag *diag)
     return rc;
 }
 
+/* Fits p->fit to the runs not held out (every run with all): with stat MIN only the least
+   disturbed run (the smallest measured makespan; ties: the first) of each configuration, so the
+   costs are those of the machine's undisturbed speed, the speed the minimum measures
+   (interference only ever adds time); with MEDIAN every run. Sets the runs' `fitted` and
+   p->n_fitted. */
+static int fit_runs(struct ps_predict *p, enum ps_calib_loss loss, enum ps_predict_stat stat,
+                    bool all, struct ps_diag *diag)
+{
+    int n = p->n, n_fit = 0, rc = 0;
+    ps_calib_fit_finish(&p->fit);
+    struct ps_calib_run *cr = calloc((size_t)n, sizeof(*cr));
+    double *span = calloc((size_t)n, sizeof(double));
+    if (!cr || !span) {
+        rc = ps_diag_set(diag, -ENOMEM, "calibrate", "out of memory");
+        goto out;
+    }
+    for (int k = 0; k < n; k++) span[k] = ps_trace_makespan(p->runs[k].measured);
+    for (int k = 0; k < n; k++) {
+        struct ps_predict_run *r = &p->runs[k];
+        r->fitted = all || !r->holdout;
+        for (int j = 0; j < n && r->fitted && stat == PS_PREDICT_MIN; j++)
+            if (j != k && !strcmp(p->runs[j].spec_path, r->spec_path) &&
+                (span[j] < span[k] || (span[j] == span[k] && j < k)))
+                r->fitted = false;
+        if (r->fitted) cr[n_fit++] = (struct ps_calib_run){r->base.g, &r->base.order, r->measured};
+    }
+    p->n_fitted = n_fit;
+    if (!n_fit) rc = ps_diag_set(diag, -EINVAL, "calibrate", "every run is held out: nothing to fit");
+    else rc = ps_calibrate_runs(cr, n_fit, loss, &p->fit, diag);
+out:
+    free(cr);
+    free(span);
+    return rc;
+}
+
 /* fits the runs not held out, simulates every run with the fit and groups them (p->runs
    loaded, graphs built) */
 static int fit_predict(struct ps_predict *p, enum ps_calib_loss loss, int cores,
                        enum ps_predict_stat stat, struct ps_diag *diag)
 {
-    int n = p->n, n_fit = 0, rc = 0;
-    ps_calib_fit_finish(&p->fit);
-    struct ps_calib_run *cr = calloc((size_t)n, sizeof(*cr));
-    if (!cr) return ps_diag_set(diag, -ENOMEM, "calibrate", "out of memory");
-    for (int k = 0; k < n; k++) {
-        struct ps_predict_run *r = &p->runs[k];
-        if (!r->holdout) cr[n_fit++] = (struct ps_calib_run){r->base.g, &r->base.order, r->measured};
-    }
-    if (!n_fit) {
-        rc = ps_diag_set(diag, -EINVAL, "calibrate", "every run is held out: nothing to fit");
-        goto out;
-    }
-    if ((rc = ps_calibrate_runs(cr, n_fit, loss, &p->fit, diag))) goto out;
+    int n = p->n, rc = 0;
+    if ((rc = fit_runs(p, loss, stat, false, diag))) return rc;
     int maxd = 1;
     for (int k = 0; k < n; k++) maxd = r_max(maxd, p->runs[k].base.g->n_devices);
     if (maxd > PS_PREDICT_MAX_DEVICES) maxd = PS_PREDICT_MAX_DEVICES;
@@ -182,8 +206,6 @@ static int fit_predict(struct ps_predict *p, enum ps_calib_loss loss, int cores,
     p->cores = cores;
     if (!rc) rc = make_groups(p, diag);
     for (int j = 0; j < p->n_groups; j++) p->groups[j].cores = cores;
-out:
-    free(cr);
     return rc;
 }
 
@@ -285,19 +307,7 @@ int ps_study_predict_loo(const struct ps_spec *spec, const struct ps_model *mode
     }
     if ((rc = make_groups(out, diag))) goto out;
     for (int j = 0; j < out->n_groups; j++) out->groups[j].cores = gcores[grp[out->groups[j].first]];
-    {
-        struct ps_calib_run *cr = calloc((size_t)n, sizeof(*cr));
-        if (!cr) {
-            rc = ps_diag_set(diag, -ENOMEM, "calibrate", "out of memory");
-            goto out;
-        }
-        for (int k = 0; k < n; k++)
-            cr[k] = (struct ps_calib_run){out->runs[k].base.g, &out->runs[k].base.order,
-                                          out->runs[k].measured};
-        ps_calib_fit_finish(&out->fit);
-        rc = ps_calibrate_runs(cr, n, loss, &out->fit, diag);
-        free(cr);
-    }
+    rc = fit_runs(out, loss, stat, true, diag);
 out:
     for (int k = 0; held && k < n; k++) ps_compare_finish(&held[k]);
     free(held);
@@ -334,6 +344,7 @@ static cJSON *run_json(const struct ps_predict_run *r)
     ps_json_add_string(o, "spec", r->spec_path);
     if (r->trace_path) ps_json_add_string(o, "trace", r->trace_path);
     ps_json_add_string(o, "role", r->holdout ? "held_out" : "fitted");
+    ps_json_add_bool(o, "read_by_fit", r->fitted);
     ps_json_add_int(o, "chunks", r->var.chunks);
     ps_json_add_int(o, "micro_batch_size", (int)ps_variant_mb_size(&r->var, 0));
     ps_json_add_string(o, "checkpoint", ps_checkpoint_name(r->var.checkpoint));
