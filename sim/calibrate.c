@@ -478,13 +478,14 @@ int ps_calibrate_runs(const struct ps_calib_run *runs, int n, enum ps_calib_loss
     /* columns: per-sample terms first (collinear fixed terms are the ones dropped) */
     int cFb = 0, cBb = np_, cFa = 2 * np_, cBa = 3 * np_, cU = 4 * np_, cL = cU + 1, cH = cU + 2,
         cRb = cU + 3, cRa = cRb + np_, cKb = cRa + np_, cKa = cKb + np_, cFc = cKa + np_,
-        cBc = cFc + np_, cO = cBc + np_;
+        cBc = cFc + np_, cHb = cBc + np_, cPB = cHb + np_, cO = cPB + np_;
     int P = cO + n;
     struct lsq q = {.np = P};
     double *x = calloc((size_t)P, sizeof(double)), *wt = NULL, *N = NULL, *inv = NULL, *var = NULL;
     double *freev = NULL;
     bool *used = calloc((size_t)P, sizeof(bool)), *pinned = NULL;
     uint32_t *rm = NULL;
+    uint8_t *rec = NULL, *first = NULL;
     int rc = 0;
     uint32_t n_task_rows = 0;
     if (!x || !used) goto nomem;
@@ -492,7 +493,12 @@ int ps_calibrate_runs(const struct ps_calib_run *runs, int n, enum ps_calib_loss
         const struct ps_graph *g = runs[r].g;
         const struct ps_trace *meas = runs[r].meas;
         free(rm);
-        if (!(rm = ps_compare_record_index(g, meas))) goto nomem;
+        free(rec);
+        free(first);
+        rec = first = NULL;
+        if (!(rm = ps_compare_record_index(g, meas)) || !(rec = ps_cost_recomputed(g)) ||
+            !(first = ps_cost_first_backward(g, runs[r].order)))
+            goto nomem;
         for (uint32_t v = 0; v < g->n_nodes; v++) {
             if (rm[v] == UINT32_MAX) continue;
             const struct ps_node *nd = &g->nodes[v];
@@ -520,6 +526,9 @@ int ps_calibrate_runs(const struct ps_calib_run *runs, int n, enum ps_calib_loss
                     row[cKb + nd->part] = s;
                     row[cKa + nd->part] = 1;
                 }
+                if (!fwd && rec[(size_t)nd->mb * (size_t)g->n + (size_t)nd->part])
+                    row[cHb + nd->part] = s;
+                if (first[v]) row[cPB + nd->part] = s;
                 row[P] = dur;
                 n_task_rows++;
             } else if (nd->kind == PS_NODE_COPY) {
@@ -551,7 +560,8 @@ int ps_calibrate_runs(const struct ps_calib_run *runs, int n, enum ps_calib_loss
         if (rank < 0) goto nomem;
         int worst = -1;
         for (int c = 0; c < P; c++) {
-            bool cons = (c >= cFa && c < cU) || c == cL || c == cH || (c >= cFc && c < cO);
+            bool cons = (c >= cFa && c < cU) || c == cL || c == cH || (c >= cFc && c < cHb) ||
+                        (c >= cPB && c < cO);
             if (cons && used[c] && x[c] < 0 && (worst < 0 || x[c] < x[worst])) worst = c;
         }
         if (worst < 0) break;
@@ -631,7 +641,9 @@ int ps_calibrate_runs(const struct ps_calib_run *runs, int n, enum ps_calib_loss
                     : t == PS_CALT_CKPT_FIXED ? cKa + j
                     : t == PS_CALT_CKPT_SAMPLE ? cKb + j
                     : t == PS_CALT_FWD_SQ     ? cFc + j
-                                              : cBc + j;
+                    : t == PS_CALT_BWD_SQ     ? cBc + j
+                    : t == PS_CALT_BREC_SAMPLE ? cHb + j
+                                              : cPB + j;
             bool sqt = t == PS_CALT_FWD_SQ || t == PS_CALT_BWD_SQ; /* not brought in: 0 */
             out->term[t][j] = used[c] ? x[c] : pinned[c] || sqt ? 0 : NAN;
             out->term_sd[t][j] = used[c] ? sqrt(var[c]) : pinned[c] || sqt ? 0 : NAN;
@@ -695,6 +707,13 @@ int ps_calibrate_runs(const struct ps_calib_run *runs, int n, enum ps_calib_loss
                     isfinite(fa) ? fmax(fa + (isfinite(ka) ? ka : 0), 0) / p->count
                                  : L->forward_fixed_us;
             }
+            double pb = out->term[PS_CALT_FIRST_B][j];
+            L->first_backward_us = isfinite(pb) ? fmax(pb, 0) * shb : 0;
+            double hb = out->term[PS_CALT_BREC_SAMPLE][j];
+            if (isfinite(hb)) {
+                L->backward_recomputed_set = true;
+                L->backward_recomputed_us = isfinite(bb) ? fmax(bb + hb, 0) * shb : L->backward_us;
+            }
             double rb = out->term[PS_CALT_REC_SAMPLE][j], ra = out->term[PS_CALT_REC_FIXED][j];
             if (isfinite(rb) || isfinite(ra)) {
                 L->recompute_set = true;
@@ -715,6 +734,8 @@ nomem:
 out:
     free(q.rows);
     free(rm);
+    free(rec);
+    free(first);
     free(x);
     free(used);
     free(wt);

@@ -73,13 +73,19 @@ void ps_calib_finish(struct ps_calib *c); /* accepts a zeroed struct */
  * with the micro-batch size (a straight line through two sizes crosses zero above s = 0): its
  * pinning brings in that partition's s^2 term (Fc_j, Bc_j: F = Fa + s Fb + s^2 Fc, likewise R
  * and the checkpointed F; B = Ba + s Bb + s^2 Bc), itself >= 0, so the per-sample cost is
- * Fb + s Fc and the fit still passes through both sizes. Per-layer costs: a partition's
+ * Fb + s Fc and the fit still passes through both sizes. B of a micro-batch the graph recomputes
+ * on that partition (R right before it) is B + s * Hb_j (Hb: column last; NaN when the runs
+ * have no such B or none without, at a second size: then B of both is the same): R leaves the
+ * micro-batch's activations in the CPU's cache, where a stored micro-batch's were written long
+ * before (sim/COSTS.md, measured). Per-layer costs: a partition's
  * per-sample terms split in proportion to its layers' roofline times, its fixed terms in equal
  * parts (the trace has one range per partition task, so the layers inside it are not seen). */
 enum ps_calib_term { PS_CALT_FWD_FIXED, PS_CALT_FWD_SAMPLE, PS_CALT_BWD_FIXED, PS_CALT_BWD_SAMPLE,
                      PS_CALT_REC_FIXED, PS_CALT_REC_SAMPLE, /* R minus F; NaN: R = F */
                      PS_CALT_CKPT_FIXED, PS_CALT_CKPT_SAMPLE, /* checkpointed F minus F */
                      PS_CALT_FWD_SQ, PS_CALT_BWD_SQ, /* x s^2 (0: not used) */
+                     PS_CALT_BREC_SAMPLE, /* B of a recomputed micro-batch minus B */
+                     PS_CALT_FIRST_B, /* the step's first B minus B */
                      PS_CALT__COUNT };
 
 struct ps_calib_run {

@@ -84,6 +84,9 @@ int ps_cost_fill(const struct ps_graph *g, const struct ps_costs *c, double *cos
     if (c && (!g->spec || !g->model || c->n_layers != g->spec->n_layers))
         return ps_diag_set(diag, -EINVAL, "costs", "layers: %d entries, but the model has %d layers",
                            c->n_layers, g->spec ? g->spec->n_layers : 0);
+    uint8_t *rec = NULL;
+    if (c && !(rec = ps_cost_recomputed(g)))
+        return ps_diag_set(diag, -ENOMEM, "costs", "out of memory");
     for (uint32_t v = 0; v < g->n_nodes; v++) {
         const struct ps_node *nd = &g->nodes[v];
         double t = 0;
@@ -105,7 +108,7 @@ int ps_cost_fill(const struct ps_graph *g, const struct ps_costs *c, double *cos
                 scale = c->per_sample ? bs : bs / c->micro_batch;
             }
             double f = 0, b = 0, w = 0, f0 = 0, b0 = 0, r = 0, r0 = 0, q = 0, q0 = 0, f2 = 0,
-                   b2 = 0;
+                   b2 = 0, br = 0;
             for (int k = p->first; k < p->first + p->count; k++) {
                 const struct ps_cost_layer *cl = &c->layers[k];
                 q += cl->checkpointed_set ? cl->checkpointed_us : cl->forward_us;
@@ -116,6 +119,7 @@ int ps_cost_fill(const struct ps_graph *g, const struct ps_costs *c, double *cos
                 r0 += cl->recompute_set ? cl->recompute_fixed_us : cl->forward_fixed_us;
                 f += c->layers[k].forward_us;
                 b += c->layers[k].backward_us;
+                br += cl->backward_recomputed_set ? cl->backward_recomputed_us : cl->backward_us;
                 w += wgrad_of(g, c, k);
                 f0 += c->layers[k].forward_fixed_us;
                 b0 += c->layers[k].backward_fixed_us;
@@ -126,15 +130,75 @@ int ps_cost_fill(const struct ps_graph *g, const struct ps_costs *c, double *cos
                 t = (nd->checkpointed ? q0 + q * scale : f0 + f * scale) + f2 * s2;
             else if (nd->kind == PS_NODE_RECOMPUTE && nd->phase == PS_PHASE_BWD)
                 t = r0 + r * scale + f2 * s2;
-            else if (nd->kind == PS_NODE_COMPUTE)
-                t = b0 + (has_wgrad(g, v) ? b - w : b) * scale + b2 * s2;
+            else if (nd->kind == PS_NODE_COMPUTE) {
+                bool recomputed = nd->mb >= 0 && nd->mb < g->m && rec[nd->mb * g->n + nd->part];
+                double bb = recomputed ? br : b;
+                t = b0 + (has_wgrad(g, v) ? bb - w : bb) * scale + b2 * s2;
+            }
             else if (nd->kind == PS_NODE_WGRAD) t = w * scale;
             else if (nd->kind == PS_NODE_OPTIM && c->optimizer_us && nd->part < c->n_optimizer)
                 t = c->optimizer_us[nd->part];
         }
         cost[v] = t;
     }
+    free(rec);
     return 0;
+}
+
+uint8_t *ps_cost_first_backward(const struct ps_graph *g, const struct ps_order *order)
+{
+    uint8_t *first = calloc(g->n_nodes ? g->n_nodes : 1, 1);
+    uint8_t *seen = calloc(g->n > 0 ? (size_t)g->n : 1, 1);
+    if (!first || !seen) {
+        free(first);
+        free(seen);
+        return NULL;
+    }
+    for (uint32_t k = 0; k < order->n; k++) {
+        uint32_t v = order->node[k];
+        const struct ps_node *nd = &g->nodes[v];
+        if (nd->kind != PS_NODE_COMPUTE || nd->phase != PS_PHASE_BWD || nd->part < 0 ||
+            nd->part >= g->n || seen[nd->part])
+            continue;
+        seen[nd->part] = 1;
+        first[v] = 1;
+    }
+    free(seen);
+    return first;
+}
+
+int ps_cost_add_first_backward(const struct ps_graph *g, const struct ps_order *order,
+                               const struct ps_costs *c, double *cost, struct ps_diag *diag)
+{
+    if (!c || !g->model) return 0;
+    uint8_t *first = ps_cost_first_backward(g, order);
+    if (!first) return ps_diag_set(diag, -ENOMEM, "costs", "out of memory");
+    for (uint32_t v = 0; v < g->n_nodes; v++) {
+        const struct ps_node *nd = &g->nodes[v];
+        if (!first[v] || nd->part >= g->model->n_partitions || nd->mb < 0 || nd->mb >= g->m ||
+            !g->mb_size)
+            continue;
+        double bs = (double)g->mb_size[nd->mb], scale = c->per_sample ? bs : bs / c->micro_batch;
+        const struct ps_partition_info *p = &g->model->parts[nd->part];
+        for (int k = p->first; k < p->first + p->count && k < c->n_layers; k++)
+            cost[v] += c->layers[k].first_backward_us * scale;
+    }
+    free(first);
+    return 0;
+}
+
+uint8_t *ps_cost_recomputed(const struct ps_graph *g)
+{
+    size_t n = (size_t)(g->m > 0 ? g->m : 1) * (size_t)(g->n > 0 ? g->n : 1);
+    uint8_t *rec = calloc(n, 1);
+    if (!rec) return NULL;
+    for (uint32_t v = 0; v < g->n_nodes; v++) {
+        const struct ps_node *nd = &g->nodes[v];
+        if (nd->kind == PS_NODE_RECOMPUTE && nd->phase == PS_PHASE_BWD && nd->mb >= 0 &&
+            nd->mb < g->m && nd->part >= 0 && nd->part < g->n)
+            rec[(size_t)nd->mb * (size_t)g->n + (size_t)nd->part] = 1;
+    }
+    return rec;
 }
 
 void ps_costs_destroy(struct ps_costs *c)
@@ -242,9 +306,15 @@ int ps_costs_parse(const char *json, const char *name, struct ps_costs **out,
             (rc = num(l, "checkpointed_fixed_us", false, 0, &cl->checkpointed_fixed_us, name, p,
                       diag)))
             goto out;
+        cl->backward_recomputed_us = -1;
         if ((rc = num(l, "forward_sq_us", false, 0, &cl->forward_sq_us, name, p, diag)) ||
-            (rc = num(l, "backward_sq_us", false, 0, &cl->backward_sq_us, name, p, diag)))
+            (rc = num(l, "backward_sq_us", false, 0, &cl->backward_sq_us, name, p, diag)) ||
+            (rc = num(l, "backward_recomputed_us", false, 0, &cl->backward_recomputed_us, name, p,
+                      diag)) ||
+            (rc = num(l, "first_backward_us", false, 0, &cl->first_backward_us, name, p, diag)))
             goto out;
+        cl->backward_recomputed_set = cl->backward_recomputed_us >= 0;
+        if (!cl->backward_recomputed_set) cl->backward_recomputed_us = cl->backward_us;
         cl->checkpointed_set = cl->checkpointed_us >= 0 || cl->checkpointed_fixed_us >= 0;
         if (cl->checkpointed_us < 0) cl->checkpointed_us = cl->forward_us;
         if (cl->checkpointed_fixed_us < 0) cl->checkpointed_fixed_us = cl->forward_fixed_us;

@@ -42,6 +42,16 @@ struct ps_cost_layer {
     /* time x scale^2 added to every F, R (forward_sq_us) and B (backward_sq_us) of the layer's
        partition: a per-sample time that grows with the micro-batch size; 0 = none */
     double forward_sq_us, backward_sq_us;
+    /* B time per sample of a micro-batch that was recomputed (R runs right before its B, so B
+       finds its activations in the CPU's cache; a stored micro-batch's were written long
+       before) when it differs from backward_us; backward_recomputed_set false = backward's */
+    bool backward_recomputed_set;
+    double backward_recomputed_us;
+    /* time per sample added to the first B of the layer's partition in each step (the order's
+       first): its gradients go to memory no task has touched since the previous step, where
+       every later B reuses the buffers the B before it freed, still in the CPU's cache; 0 =
+       none */
+    double first_backward_us;
 };
 
 struct ps_costs {
@@ -64,6 +74,19 @@ double ps_cost_roofline_us(const struct ps_graph *g, uint32_t v);
 /* Fills cost[v] for every node (roofline, launch included). Returns 0 or -ENOMEM when cost is
  * NULL. */
 int ps_cost_fill_roofline(const struct ps_graph *g, double *cost);
+
+/* Per (micro-batch i, partition j), at [i * g->n + j]: 1 when the graph recomputes micro-batch
+ * i on partition j (it has that R node), else 0. Caller frees; NULL: no memory. */
+uint8_t *ps_cost_recomputed(const struct ps_graph *g);
+
+/* Per node: 1 when it is the first B of its partition in `order`, else 0. Caller frees; NULL:
+ * no memory. */
+uint8_t *ps_cost_first_backward(const struct ps_graph *g, const struct ps_order *order);
+/* Adds the costs' first_backward_us (summed over a partition's layers) x scale to the first B
+ * of each partition in `order` (ps_cost_fill costs nodes without an order). 0 or -ENOMEM
+ * (diag). */
+int ps_cost_add_first_backward(const struct ps_graph *g, const struct ps_order *order,
+                               const struct ps_costs *c, double *cost, struct ps_diag *diag);
 
 /* Device time of every node for the simulator: measured costs where `c` (may be NULL) covers
  * the node, roofline otherwise; no launch overhead. Returns 0 or -EINVAL (diag) when `c` does not

@@ -371,7 +371,7 @@ static void test_calibration_recovers_costs(void **state)
                  "{\"op\":\"linear\",\"out\":8}],\"loss\":\"sum\"},"
                  "\"pipeline\":{\"balance\":[1,2,1],\"chunks\":4,\"checkpoint\":\"except_last\"}}");
     assert_int_equal(f.spec->mb_count, 4);
-    struct ps_cost_layer L[4] = {{5, 9, -1, 0, 0, false, 0, 0, false, 0, 0, 0, 0}, {7, 11, -1, 0, 0, false, 0, 0, false, 0, 0, 0, 0}, {1.5, 2, -1, 0, 0, false, 0, 0, false, 0, 0, 0, 0}, {3, 6, -1, 0, 0, false, 0, 0, false, 0, 0, 0, 0}};
+    struct ps_cost_layer L[4] = {{5, 9, -1, 0, 0, false, 0, 0, false, 0, 0, 0, 0, false, 0, 0}, {7, 11, -1, 0, 0, false, 0, 0, false, 0, 0, 0, 0, false, 0, 0}, {1.5, 2, -1, 0, 0, false, 0, 0, false, 0, 0, 0, 0, false, 0, 0}, {3, 6, -1, 0, 0, false, 0, 0, false, 0, 0, 0, 0, false, 0, 0}};
     struct ps_costs truth = {.per_sample = true, .micro_batch = 1, .n_layers = 4, .layers = L,
                              .copy_bandwidth = 2e9, .copy_latency_us = 3, .launch_overhead_us = 2.5};
     struct ps_sim s;
@@ -444,7 +444,7 @@ static void test_calibration_outliers(void **state)
                  "{\"op\":\"linear\",\"out\":32},{\"op\":\"linear\",\"out\":24},{\"op\":\"relu\"},"
                  "{\"op\":\"linear\",\"out\":8}],\"loss\":\"sum\"},"
                  "\"pipeline\":{\"balance\":[1,2,1],\"chunks\":4,\"checkpoint\":\"except_last\"}}");
-    struct ps_cost_layer L[4] = {{5, 9, -1, 0, 0, false, 0, 0, false, 0, 0, 0, 0}, {7, 11, -1, 0, 0, false, 0, 0, false, 0, 0, 0, 0}, {1.5, 2, -1, 0, 0, false, 0, 0, false, 0, 0, 0, 0}, {3, 6, -1, 0, 0, false, 0, 0, false, 0, 0, 0, 0}};
+    struct ps_cost_layer L[4] = {{5, 9, -1, 0, 0, false, 0, 0, false, 0, 0, 0, 0, false, 0, 0}, {7, 11, -1, 0, 0, false, 0, 0, false, 0, 0, 0, 0, false, 0, 0}, {1.5, 2, -1, 0, 0, false, 0, 0, false, 0, 0, 0, 0, false, 0, 0}, {3, 6, -1, 0, 0, false, 0, 0, false, 0, 0, 0, 0, false, 0, 0}};
     struct ps_costs truth = {.per_sample = true, .micro_batch = 1, .n_layers = 4, .layers = L,
                              .copy_bandwidth = 2e9, .copy_latency_us = 3, .launch_overhead_us = 20};
     struct ps_sim s;

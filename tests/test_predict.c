@@ -61,12 +61,15 @@ static void spec_text(char *buf, size_t n, int chunks, const char *ckpt)
 /* layer 2's recompute is cheaper than its forward (2 us/sample + 4 us instead of 3 + 7): the fit's
  * R - F terms of partition 1 are -3 us and -1 us/sample, partition 0's are 0; layer 0's
  * checkpointed forward (no grad) takes 1.5 us/sample + 2 us instead of 2 + 3: partition 0's
- * checkpointed - F terms are -1 us and -0.5 us/sample, partition 1's 0 */
-static struct ps_cost_layer TRUTH_L[3] = {{2.0, 4.0, -1, 3.0, 5.0, false, 0, 0, true, 1.5, 2.0, 0, 0},
-                                          {0.5, 0.5, -1, 1.0, 1.0, false, 0, 0, false, 0, 0, 0, 0},
-                                          {3.0, 6.0, -1, 7.0, 2.0, true, 2.0, 4.0, false, 0, 0, 0, 0}};
-static const double PART[2][PS_CALT__COUNT] = {{4.0, 2.5, 6.0, 4.5, 0, 0, -1.0, -0.5},
-                                               {7.0, 3.0, 2.0, 6.0, -3.0, -1.0, 0, 0}};
+ * checkpointed - F terms are -1 us and -0.5 us/sample, partition 1's 0; layer 2's backward of a
+ * recomputed micro-batch takes 5 us/sample instead of 6 (the activations R left in the cache):
+ * partition 1's Brec - B term is -1 us/sample, partition 0's 0; the first B of partition 1 in a
+ * step takes 0.5 us/sample more (layer 2's first_backward_us) */
+static struct ps_cost_layer TRUTH_L[3] = {{2.0, 4.0, -1, 3.0, 5.0, false, 0, 0, true, 1.5, 2.0, 0, 0, false, 0, 0},
+                                          {0.5, 0.5, -1, 1.0, 1.0, false, 0, 0, false, 0, 0, 0, 0, false, 0, 0},
+                                          {3.0, 6.0, -1, 7.0, 2.0, true, 2.0, 4.0, false, 0, 0, 0, 0, true, 5.0, 0.5}};
+static const double PART[2][PS_CALT__COUNT] = {{4.0, 2.5, 6.0, 4.5, 0, 0, -1.0, -0.5, 0, 0, 0, 0},
+                                               {7.0, 3.0, 2.0, 6.0, -3.0, -1.0, 0, 0, 0, 0, -1.0, 0.5}};
 
 static void truth_costs(struct ps_costs *c)
 {
@@ -96,6 +99,7 @@ static void fx_build(struct fx *f, int chunks, const char *ckpt, const struct ps
     f->cost = malloc(f->g->n_nodes * sizeof(double));
     assert_non_null(f->cost);
     assert_int_equal(ps_cost_fill(f->g, c, f->cost, &d), 0);
+    assert_int_equal(ps_cost_add_first_backward(f->g, &f->o, c, f->cost, &d), 0);
     struct ps_sim_opts so = {.launch_us = ps_cost_launch_us(f->g, c)};
     assert_int_equal(ps_sim_run(f->g, &f->o, f->cost, &so, &f->sim, &d), 0);
 }
@@ -156,6 +160,12 @@ static void test_fit_recovers_exact(void **state)
     assert_true(c->layers[0].checkpointed_set && c->layers[1].checkpointed_set);
     assert_near(c->layers[0].checkpointed_us + c->layers[1].checkpointed_us, 2.0, 1e-6);
     assert_near(c->layers[0].checkpointed_fixed_us + c->layers[1].checkpointed_fixed_us, 3.0, 1e-6);
+    assert_true(c->layers[2].backward_recomputed_set);
+    assert_near(c->layers[2].backward_recomputed_us, 5.0, 1e-6);
+    assert_near(c->layers[0].backward_recomputed_us + c->layers[1].backward_recomputed_us, 4.5,
+                1e-6);
+    assert_near(c->layers[2].first_backward_us, 0.5, 1e-6);
+    assert_near(c->layers[0].first_backward_us + c->layers[1].first_backward_us, 0, 1e-6);
     /* and a run it never saw (chunks 4, never) is simulated to the same makespan */
     struct fx h, p;
     fx_build(&h, 4, "never", &truth);
@@ -337,9 +347,9 @@ static void test_fit_noise_uncertainty(void **state)
 static void test_cores_by_hand(void **state)
 {
     (void)state;
-    struct ps_cost_layer L[3] = {{0, 0, -1, 10, 20, false, 0, 0, false, 0, 0, 0, 0},
-                                 {0, 0, -1, 0, 0, false, 0, 0, false, 0, 0, 0, 0},
-                                 {0, 0, -1, 10, 20, false, 0, 0, false, 0, 0, 0, 0}};
+    struct ps_cost_layer L[3] = {{0, 0, -1, 10, 20, false, 0, 0, false, 0, 0, 0, 0, false, 0, 0},
+                                 {0, 0, -1, 0, 0, false, 0, 0, false, 0, 0, 0, 0, false, 0, 0},
+                                 {0, 0, -1, 10, 20, false, 0, 0, false, 0, 0, 0, 0, false, 0, 0}};
     struct ps_costs c = {.per_sample = true, .micro_batch = 1, .n_layers = 3, .layers = L,
                          .copy_bandwidth = -1, .copy_latency_us = -1, .launch_overhead_us = 0};
     struct fx f;
@@ -500,6 +510,7 @@ static void test_leave_one_out(void **state)
     for (int l = 0; l < 3; l++) {
         SL[l].forward_us *= 1.25, SL[l].backward_us *= 1.25;
         SL[l].forward_fixed_us *= 1.25, SL[l].backward_fixed_us *= 1.25;
+        SL[l].first_backward_us *= 1.25;
     }
     slow = truth;
     slow.layers = SL;
@@ -523,6 +534,7 @@ static void test_leave_one_out(void **state)
         double *cost = malloc(sr.g->n_nodes * sizeof(double));
         assert_non_null(cost);
         assert_int_equal(ps_cost_fill(sr.g, k == 2 ? &slow : &truth, cost, &d), 0);
+        assert_int_equal(ps_cost_add_first_backward(sr.g, &sr.order, k == 2 ? &slow : &truth, cost, &d), 0);
         assert_int_equal(ps_sim_cores(sr.g, &sr.order, cost, 1, &r, &d), 0);
         assert_int_equal(ps_sim_cores(sr.g, &sr.order, sr.cost, 1, &rt, &d), 0);
         true_ms[k] = rt.makespan_us;

@@ -460,6 +460,10 @@ cJSON *ps_costs_json(const struct ps_costs *c)
             ps_json_add_number(x, "recompute_us", c->layers[k].recompute_us);
             ps_json_add_number(x, "recompute_fixed_us", c->layers[k].recompute_fixed_us);
         }
+        if (c->layers[k].backward_recomputed_set)
+            ps_json_add_number(x, "backward_recomputed_us", c->layers[k].backward_recomputed_us);
+        if (c->layers[k].first_backward_us > 0)
+            ps_json_add_number(x, "first_backward_us", c->layers[k].first_backward_us);
         cJSON_AddItemToArray(ls, x);
     }
     if (c->copy_bandwidth > 0 || c->copy_latency_us >= 0) {
@@ -492,7 +496,8 @@ cJSON *ps_calib_fit_json(const struct ps_calib_fit *f)
         "backward_us_per_sample", "recompute_minus_forward_fixed_us",
         "recompute_minus_forward_us_per_sample", "checkpointed_minus_forward_fixed_us",
         "checkpointed_minus_forward_us_per_sample", "forward_us_per_sample_squared",
-        "backward_us_per_sample_squared"};
+        "backward_us_per_sample_squared", "recomputed_backward_minus_backward_us_per_sample",
+        "first_backward_minus_backward_us_per_sample"};
     static const char *const par[PS_CAL_OFFSET] = {"copy_bandwidth", "copy_latency_us",
                                                    "launch_overhead_us"};
     cJSON *o = cJSON_CreateObject();

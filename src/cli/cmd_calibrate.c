@@ -131,7 +131,9 @@ int ps_cmd_calibrate(struct ps_cli *cli)
                                                            "R-F fixed us", "R-F us/sample",
                                                            "Fckpt-F fixed us",
                                                            "Fckpt-F us/sample",
-                                                           "F us/sample^2", "B us/sample^2"};
+                                                           "F us/sample^2", "B us/sample^2",
+                                                           "Brec-B us/sample",
+                                                           "B1st-B us/sample"};
             for (int t = 0; t < PS_CALT__COUNT; t++) {
                 snprintf(w, sizeof(w), "partition %d %s", j, tn[t]);
                 print_term(w, f->term[t][j], f->term_sd[t][j], f->term_free[t][j]);

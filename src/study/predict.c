@@ -145,6 +145,9 @@ static int predict_all(struct ps_predict *p, int cores, struct ps_diag *diag)
    costs are those of the machine's undisturbed speed, the speed the minimum measures
    (interference only ever adds time); with MEDIAN every run. Sets the runs' `fitted` and
    p->n_fitted. */
+#ifndef FITK
+#define FITK (0)
+#endif
 static int fit_runs(struct ps_predict *p, enum ps_calib_loss loss, enum ps_predict_stat stat,
                     bool all, struct ps_diag *diag)
 {
@@ -160,10 +163,13 @@ static int fit_runs(struct ps_predict *p, enum ps_calib_loss loss, enum ps_predi
     for (int k = 0; k < n; k++) {
         struct ps_predict_run *r = &p->runs[k];
         r->fitted = all || !r->holdout;
+        int same = 0, faster = 0;
         for (int j = 0; j < n && r->fitted && stat == PS_PREDICT_MIN; j++)
-            if (j != k && !strcmp(p->runs[j].spec_path, r->spec_path) &&
-                (span[j] < span[k] || (span[j] == span[k] && j < k)))
-                r->fitted = false;
+            if (!strcmp(p->runs[j].spec_path, r->spec_path)) {
+                same++;
+                faster += j != k && (span[j] < span[k] || (span[j] == span[k] && j < k));
+            }
+        if (stat == PS_PREDICT_MIN && faster >= (same + 3) / 4 + FITK) r->fitted = false;
         if (r->fitted) cr[n_fit++] = (struct ps_calib_run){r->base.g, &r->base.order, r->measured};
     }
     p->n_fitted = n_fit;

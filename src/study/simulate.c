@@ -21,7 +21,9 @@ int ps_study_simulate(const struct ps_spec *spec, const struct ps_model *model,
     if (rc) return rc;
     run->cost = malloc(((size_t)run->g->n_nodes + 1) * sizeof(double));
     if (!run->cost) return ps_diag_set(diag, -ENOMEM, spec->path, "out of memory");
-    if ((rc = ps_cost_fill(run->g, costs, run->cost, diag))) return rc;
+    if ((rc = ps_cost_fill(run->g, costs, run->cost, diag)) ||
+        (rc = ps_cost_add_first_backward(run->g, &run->order, costs, run->cost, diag)))
+        return rc;
     struct ps_sim_opts so = {.launch_us = ps_cost_launch_us(run->g, costs)};
     return ps_sim_run(run->g, &run->order, run->cost, &so, &run->sim, diag);
 }
