@@ -889,9 +889,7 @@ static int build_deps(struct exec *ex, const struct ps_order *order)
 
 /* longest spin before a worker blocks, us: a hand-off to a worker already waiting takes about
    1 us instead of a futex wake-up; a longer wait costs at most this much CPU */
-#ifndef SPIN_US
 #define SPIN_US 100.0
-#endif
 
 /* CPUs this process may run on (its affinity mask; the online count where that is unknown) */
 static int usable_cpus(void)

@@ -4,13 +4,17 @@
 # on 32x32 inputs, batch 64, balance [5, 8]: tasks of 1-10 ms) -- and digits-bn (balance [3, 4],
 # tasks of 10-50 us) with DIGITS=1 -- each on 2 devices (one worker thread each, `run` without
 # --serial), records `run --trace` at chunks {2, 4, 8, 16} x checkpoint {never, except_last},
-# REPS (7) runs of each, the configurations interleaved (round r runs every configuration once,
+# REPS (21) runs of each, the configurations interleaved (round r runs every configuration once,
 # so a burst of other load spreads over configurations instead of spoiling one), calibrates one
 # cost model per model on two of the configurations (chunks 2 never and chunks 16 except_last:
 # the largest and smallest micro-batch, both checkpoint modes) and prints `calibrate`'s held-out
 # table for the six others: predicted vs measured makespan (the minimum of the REPS runs with
-# --fit robust, their median with --fit mean, and their range: the machine's own noise), bubble
-# and per-device busy time; CORES (auto) is calibrate's --cores. Figures only: nothing here
+# --fit robust --measured min, where the fit reads the least disturbed quarter of each fitted
+# configuration's runs; their median with --fit mean --measured median, every run fitted; and
+# their range: the machine's own noise), bubble and per-device busy time; CORES (auto) is
+# calibrate's --cores. This machine's speed drifts by 10-20% over seconds (other tenants of the
+# host): with 7 runs a configuration's minimum sometimes misses the fast phases, so 21 (a 2-core
+# run takes about 25 s). Figures only: nothing here
 # asserts a time. The machine is shared (see uptime's load average, printed first); every run is
 # pinned to cores 0,1 when taskset exists, and runs under `flock $BENCH_LOCK` when BENCH_LOCK
 # names a lock file (engineers sharing a machine time one thing at a time), with BENCH_PRIO
@@ -21,7 +25,7 @@
 ROOT=${PS_SOURCE_ROOT:-$(dirname "$0")/..}
 PIPESCOPE=${PIPESCOPE:-pipescope}
 STEPS=${STEPS:-3}
-REPS=${REPS:-7}
+REPS=${REPS:-21}
 CORES=${CORES:-auto}
 PY=python3
 DIR=${PREDICT_DIR:-}

@@ -118,8 +118,8 @@ int ps_cmd_calibrate(struct ps_cli *cli)
         printf("calibrate: %d run%s to fit (%d configuration%s), %d held out", n_fit,
                n_fit == 1 ? "" : "s", n_cfg, n_cfg == 1 ? "" : "s", n - n_fit);
         if (p.n_fitted < n_fit)
-            printf("; the fit reads %d: the least disturbed run (smallest makespan) of each "
-                   "configuration, as --measured min compares", p.n_fitted);
+            printf("; the fit reads %d: the least disturbed quarter (smallest makespans) of "
+                   "each configuration's runs, as --measured min compares", p.n_fitted);
         printf("\n");
         printf("fit: %u observations, %u parameters, rank %u, %u host-bound starts, %u outliers, "
                "rms %.3f us\n",

@@ -141,13 +141,11 @@ static int predict_all(struct ps_predict *p, int cores, struct ps_diag *diag)
 }
 
 /* Fits p->fit to the runs not held out (every run with all): with stat MIN only the least
-   disturbed run (the smallest measured makespan; ties: the first) of each configuration, so the
-   costs are those of the machine's undisturbed speed, the speed the minimum measures
-   (interference only ever adds time); with MEDIAN every run. Sets the runs' `fitted` and
-   p->n_fitted. */
-#ifndef FITK
-#define FITK (0)
-#endif
+   disturbed quarter of each configuration's runs (the smallest measured makespans, at least
+   one; ties: the first given), so the costs are those of the machine's undisturbed speed, the
+   speed the minimum measures (interference only ever adds time; a quarter rather than the one
+   fastest run, so a task that occurs once per step is not read from one sample); with MEDIAN
+   every run. Sets the runs' `fitted` and p->n_fitted. */
 static int fit_runs(struct ps_predict *p, enum ps_calib_loss loss, enum ps_predict_stat stat,
                     bool all, struct ps_diag *diag)
 {
@@ -169,7 +167,7 @@ static int fit_runs(struct ps_predict *p, enum ps_calib_loss loss, enum ps_predi
                 same++;
                 faster += j != k && (span[j] < span[k] || (span[j] == span[k] && j < k));
             }
-        if (stat == PS_PREDICT_MIN && faster >= (same + 3) / 4 + FITK) r->fitted = false;
+        if (stat == PS_PREDICT_MIN && faster >= (same + 3) / 4) r->fitted = false;
         if (r->fitted) cr[n_fit++] = (struct ps_calib_run){r->base.g, &r->base.order, r->measured};
     }
     p->n_fitted = n_fit;

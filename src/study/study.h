@@ -107,7 +107,8 @@ struct ps_predict_run {
                                            be NULL (a trace in memory) */
     bool holdout;                       /* predicted, not fitted */
     bool fitted;                        /* read by the fit (not held out; with PS_PREDICT_MIN
-                                           the least disturbed run of its configuration) */
+                                           among the least disturbed quarter of its
+                                           configuration's runs) */
     bool borrowed;                      /* spec, model and measurement are the caller's */
     struct ps_spec *spec;
     struct ps_model *model;
@@ -124,8 +125,8 @@ struct ps_predict_run {
  * the prediction is one number, the measurements are spread; errors are against their median,
  * or their minimum (the run the machine's other load disturbed least: interference only ever
  * adds time). The statistic also chooses what the fit reads: with the minimum, only the least
- * disturbed run of each fitted configuration (costs at the speed the minimum measures); with
- * the median, every run. */
+ * disturbed quarter of each fitted configuration's runs (costs at the speed the minimum
+ * measures); with the median, every run. */
 enum ps_predict_stat { PS_PREDICT_MEDIAN, PS_PREDICT_MIN };
 #define PS_PREDICT_MAX_DEVICES 8
 struct ps_predict_group {
@@ -148,7 +149,7 @@ struct ps_predict {
     struct ps_predict_group *groups;
     struct ps_calib_fit fit;            /* over the runs that are not held out (leave-one-out:
                                            over every run); with PS_PREDICT_MIN the least
-                                           disturbed run of each configuration only */
+                                           disturbed quarter of each configuration's runs */
     int n_fitted;                       /* runs the fit read */
     bool loo;                           /* leave-one-out: each group predicted by a fit to the
                                            others (ps_study_predict_loo) */
