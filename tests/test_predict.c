@@ -596,6 +596,96 @@ static void test_leave_one_out(void **state)
     fx_free(&f);
 }
 
+/* --measured min: the fit reads the least disturbed quarter of each configuration's runs. Three
+ * configurations (chunks 2, 4, 8), each given as 4 runs: one exact, three slowed 1.25x (the
+ * machine's slow phases). Quarter of 4 = 1 run: the fit reads the exact run of each, so its
+ * fit over all of them (the costs) is the truth and every fold predicts its configuration's
+ * minimum exactly. With the median every run is read and the fit is not the truth. */
+static void test_min_reads_fastest_quarter(void **state)
+{
+    (void)state;
+    struct ps_costs truth, slow;
+    truth_costs(&truth);
+    struct ps_cost_layer SL[3];
+    memcpy(SL, TRUTH_L, sizeof(SL));
+    for (int l = 0; l < 3; l++) {
+        SL[l].forward_us *= 1.25, SL[l].backward_us *= 1.25;
+        SL[l].forward_fixed_us *= 1.25, SL[l].backward_fixed_us *= 1.25;
+        SL[l].recompute_us *= 1.25, SL[l].recompute_fixed_us *= 1.25;
+        SL[l].checkpointed_us *= 1.25, SL[l].checkpointed_fixed_us *= 1.25;
+        SL[l].backward_recomputed_us *= 1.25, SL[l].first_backward_us *= 1.25;
+    }
+    slow = truth;
+    slow.layers = SL;
+    struct fx f;
+    fx_build(&f, 2, "never", &truth);
+    enum { NC = 3, NR = 4 };
+    static const int CH[NC] = {2, 4, 8};
+    static const char *const NAME[NC] = {"c2", "c4", "c8"};
+    struct ps_trace tr[NC * NR];
+    struct ps_predict_input in[NC * NR];
+    double true_ms[NC];
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    for (int c = 0; c < NC; c++)
+        for (int r = 0; r < NR; r++) {
+            int k = c * NR + r; /* the exact run is given second: order does not choose */
+            bool exact = r == 1;
+            ps_variant_from_spec(f.spec, &in[k].var);
+            assert_int_equal(ps_variant_set_chunks(&in[k].var, f.spec, CH[c], &d), 0);
+            in[k].name = NAME[c];
+            in[k].meas = &tr[k];
+            struct ps_study_sim sr;
+            memset(&sr, 0, sizeof(sr));
+            assert_int_equal(
+                ps_study_simulate(f.spec, f.model, &in[k].var, NULL, &truth, &sr, &d), 0);
+            struct ps_cores_result cr;
+            double *cost = malloc(sr.g->n_nodes * sizeof(double));
+            assert_non_null(cost);
+            const struct ps_costs *use = exact ? &truth : &slow;
+            assert_int_equal(ps_cost_fill(sr.g, use, cost, &d), 0);
+            assert_int_equal(ps_cost_add_first_backward(sr.g, &sr.order, use, cost, &d), 0);
+            assert_int_equal(ps_sim_cores(sr.g, &sr.order, cost, 1, &cr, &d), 0);
+            if (exact) true_ms[c] = cr.makespan_us;
+            tr[k] = cr.trace; /* moved */
+            memset(&cr.trace, 0, sizeof(cr.trace));
+            ps_cores_finish(&cr);
+            free(cost);
+            ps_study_sim_finish(&sr);
+        }
+    struct ps_predict p;
+    assert_int_equal(ps_study_predict_loo(f.spec, f.model, in, NC * NR, PS_CAL_ROBUST, 1,
+                                          PS_PREDICT_MIN, &p, &d),
+                     0);
+    assert_int_equal(p.n_fitted, NC);
+    for (int k = 0; k < NC * NR; k++) assert_int_equal(p.runs[k].fitted, k % NR == 1);
+    for (int j = 0; j < 2; j++)
+        for (int t = 0; t < PS_CALT__COUNT; t++)
+            if (isfinite(p.fit.term[t][j])) assert_near(p.fit.term[t][j], PART[j][t], 1e-6);
+    assert_near(p.fit.term[PS_CALT_FWD_SAMPLE][0], PART[0][PS_CALT_FWD_SAMPLE], 1e-6);
+    assert_near(p.fit.term[PS_CALT_BWD_SAMPLE][1], PART[1][PS_CALT_BWD_SAMPLE], 1e-6);
+    for (int j = 0; j < NC; j++) {
+        assert_near(p.groups[j].meas_us, true_ms[j], 1e-3);
+        assert_near(p.groups[j].error, 0, 1e-6); /* each fold: the other two exact runs */
+    }
+    cJSON *js = ps_predict_json(&p, PS_CAL_ROBUST);
+    assert_non_null(js);
+    cJSON *runs = cJSON_GetObjectItem(js, "runs");
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetArrayItem(runs, 1), "read_by_fit")));
+    assert_true(cJSON_IsFalse(cJSON_GetObjectItem(cJSON_GetArrayItem(runs, 0), "read_by_fit")));
+    cJSON_Delete(js);
+    ps_study_predict_finish(&p);
+    /* the median reads every run: the slowed ones pull the fit off the truth */
+    assert_int_equal(ps_study_predict_loo(f.spec, f.model, in, NC * NR, PS_CAL_MEAN, 1,
+                                          PS_PREDICT_MEDIAN, &p, &d),
+                     0);
+    assert_int_equal(p.n_fitted, NC * NR);
+    assert_true(p.fit.term[PS_CALT_FWD_SAMPLE][0] > 1.1 * PART[0][PS_CALT_FWD_SAMPLE]);
+    ps_study_predict_finish(&p);
+    for (int k = 0; k < NC * NR; k++) ps_trace_finish(&tr[k]);
+    fx_free(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -605,6 +695,7 @@ int main(void)
         cmocka_unit_test(test_cores_by_hand),
         cmocka_unit_test(test_holdout_exact),
         cmocka_unit_test(test_leave_one_out),
+        cmocka_unit_test(test_min_reads_fastest_quarter),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
