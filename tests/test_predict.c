@@ -83,6 +83,21 @@ static void truth_costs(struct ps_costs *c)
     c->launch_overhead_us = 1.5;
 }
 
+/* The truth with every time 1.25x (a machine in a slow phase); SL holds its layers. */
+static void slowed_costs(struct ps_costs *slow, struct ps_cost_layer SL[3])
+{
+    truth_costs(slow);
+    memcpy(SL, TRUTH_L, 3 * sizeof(*SL));
+    for (int l = 0; l < 3; l++) {
+        SL[l].forward_us *= 1.25, SL[l].backward_us *= 1.25;
+        SL[l].forward_fixed_us *= 1.25, SL[l].backward_fixed_us *= 1.25;
+        SL[l].recompute_us *= 1.25, SL[l].recompute_fixed_us *= 1.25;
+        SL[l].checkpointed_us *= 1.25, SL[l].checkpointed_fixed_us *= 1.25;
+        SL[l].backward_recomputed_us *= 1.25, SL[l].first_backward_us *= 1.25;
+    }
+    slow->layers = SL;
+}
+
 static void fx_build(struct fx *f, int chunks, const char *ckpt, const struct ps_costs *c)
 {
     char js[1024];
@@ -493,6 +508,37 @@ static void test_holdout_exact(void **state)
     }
 }
 
+/* A configuration of f's spec at `chunks`, measured on one core with the costs `use` into *tr
+ * (its name and trace in *in); *true_ms: its makespan with the truth. */
+static void measure_run(const struct fx *f, int chunks, const char *name,
+                        const struct ps_costs *truth, const struct ps_costs *use,
+                        struct ps_predict_input *in, struct ps_trace *tr, double *true_ms)
+{
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    ps_variant_from_spec(f->spec, &in->var);
+    assert_int_equal(ps_variant_set_chunks(&in->var, f->spec, chunks, &d), 0);
+    in->name = name;
+    in->meas = tr;
+    struct ps_study_sim sr;
+    memset(&sr, 0, sizeof(sr));
+    assert_int_equal(ps_study_simulate(f->spec, f->model, &in->var, NULL, truth, &sr, &d), 0);
+    struct ps_cores_result r, rt;
+    double *cost = malloc(sr.g->n_nodes * sizeof(double));
+    assert_non_null(cost);
+    assert_int_equal(ps_cost_fill(sr.g, use, cost, &d), 0);
+    assert_int_equal(ps_cost_add_first_backward(sr.g, &sr.order, use, cost, &d), 0);
+    assert_int_equal(ps_sim_cores(sr.g, &sr.order, cost, 1, &r, &d), 0);
+    assert_int_equal(ps_sim_cores(sr.g, &sr.order, sr.cost, 1, &rt, &d), 0);
+    *true_ms = rt.makespan_us;
+    *tr = r.trace; /* moved */
+    memset(&r.trace, 0, sizeof(r.trace));
+    ps_cores_finish(&r);
+    ps_cores_finish(&rt);
+    free(cost);
+    ps_study_sim_finish(&sr);
+}
+
 /* Leave-one-out in memory (diagnose's check): one spec, configurations chunks 2, 4 and 8 (micro-
  * batches of 4, 2 and 1 samples), each timed on one core with the true costs, except chunks 8,
  * whose tasks all take 1.25x the truth. Folds chunks 2 and 4 fit on a set that includes the
@@ -504,16 +550,9 @@ static void test_leave_one_out(void **state)
 {
     (void)state;
     struct ps_costs truth, slow;
-    truth_costs(&truth);
     struct ps_cost_layer SL[3];
-    memcpy(SL, TRUTH_L, sizeof(SL));
-    for (int l = 0; l < 3; l++) {
-        SL[l].forward_us *= 1.25, SL[l].backward_us *= 1.25;
-        SL[l].forward_fixed_us *= 1.25, SL[l].backward_fixed_us *= 1.25;
-        SL[l].first_backward_us *= 1.25;
-    }
-    slow = truth;
-    slow.layers = SL;
+    truth_costs(&truth);
+    slowed_costs(&slow, SL);
     struct fx f;
     fx_build(&f, 2, "never", &truth);
     static const int CH[3] = {2, 4, 8};
@@ -522,29 +561,10 @@ static void test_leave_one_out(void **state)
     double true_ms[3];
     struct ps_diag d;
     ps_diag_clear(&d);
-    for (int k = 0; k < 3; k++) {
-        ps_variant_from_spec(f.spec, &in[k].var);
-        assert_int_equal(ps_variant_set_chunks(&in[k].var, f.spec, CH[k], &d), 0);
-        in[k].name = k == 0 ? "c2" : k == 1 ? "c4" : "c8";
-        in[k].meas = &tr[k];
-        struct ps_study_sim sr;
-        memset(&sr, 0, sizeof(sr));
-        assert_int_equal(ps_study_simulate(f.spec, f.model, &in[k].var, NULL, &truth, &sr, &d), 0);
-        struct ps_cores_result r, rt;
-        double *cost = malloc(sr.g->n_nodes * sizeof(double));
-        assert_non_null(cost);
-        assert_int_equal(ps_cost_fill(sr.g, k == 2 ? &slow : &truth, cost, &d), 0);
-        assert_int_equal(ps_cost_add_first_backward(sr.g, &sr.order, k == 2 ? &slow : &truth, cost, &d), 0);
-        assert_int_equal(ps_sim_cores(sr.g, &sr.order, cost, 1, &r, &d), 0);
-        assert_int_equal(ps_sim_cores(sr.g, &sr.order, sr.cost, 1, &rt, &d), 0);
-        true_ms[k] = rt.makespan_us;
-        tr[k] = r.trace; /* moved */
-        memset(&r.trace, 0, sizeof(r.trace));
-        ps_cores_finish(&r);
-        ps_cores_finish(&rt);
-        free(cost);
-        ps_study_sim_finish(&sr);
-    }
+    static const char *const NAME[3] = {"c2", "c4", "c8"};
+    for (int k = 0; k < 3; k++)
+        measure_run(&f, CH[k], NAME[k], &truth, k == 2 ? &slow : &truth, &in[k], &tr[k],
+                    &true_ms[k]);
     struct ps_predict p;
     assert_int_equal(ps_study_predict_loo(f.spec, f.model, in, 3, PS_CAL_MEAN, 1,
                                           PS_PREDICT_MEDIAN, &p, &d),
@@ -605,18 +625,9 @@ static void test_min_reads_fastest_quarter(void **state)
 {
     (void)state;
     struct ps_costs truth, slow;
-    truth_costs(&truth);
     struct ps_cost_layer SL[3];
-    memcpy(SL, TRUTH_L, sizeof(SL));
-    for (int l = 0; l < 3; l++) {
-        SL[l].forward_us *= 1.25, SL[l].backward_us *= 1.25;
-        SL[l].forward_fixed_us *= 1.25, SL[l].backward_fixed_us *= 1.25;
-        SL[l].recompute_us *= 1.25, SL[l].recompute_fixed_us *= 1.25;
-        SL[l].checkpointed_us *= 1.25, SL[l].checkpointed_fixed_us *= 1.25;
-        SL[l].backward_recomputed_us *= 1.25, SL[l].first_backward_us *= 1.25;
-    }
-    slow = truth;
-    slow.layers = SL;
+    truth_costs(&truth);
+    slowed_costs(&slow, SL);
     struct fx f;
     fx_build(&f, 2, "never", &truth);
     enum { NC = 3, NR = 4 };
@@ -628,30 +639,11 @@ static void test_min_reads_fastest_quarter(void **state)
     struct ps_diag d;
     ps_diag_clear(&d);
     for (int c = 0; c < NC; c++)
-        for (int r = 0; r < NR; r++) {
-            int k = c * NR + r; /* the exact run is given second: order does not choose */
-            bool exact = r == 1;
-            ps_variant_from_spec(f.spec, &in[k].var);
-            assert_int_equal(ps_variant_set_chunks(&in[k].var, f.spec, CH[c], &d), 0);
-            in[k].name = NAME[c];
-            in[k].meas = &tr[k];
-            struct ps_study_sim sr;
-            memset(&sr, 0, sizeof(sr));
-            assert_int_equal(
-                ps_study_simulate(f.spec, f.model, &in[k].var, NULL, &truth, &sr, &d), 0);
-            struct ps_cores_result cr;
-            double *cost = malloc(sr.g->n_nodes * sizeof(double));
-            assert_non_null(cost);
-            const struct ps_costs *use = exact ? &truth : &slow;
-            assert_int_equal(ps_cost_fill(sr.g, use, cost, &d), 0);
-            assert_int_equal(ps_cost_add_first_backward(sr.g, &sr.order, use, cost, &d), 0);
-            assert_int_equal(ps_sim_cores(sr.g, &sr.order, cost, 1, &cr, &d), 0);
-            if (exact) true_ms[c] = cr.makespan_us;
-            tr[k] = cr.trace; /* moved */
-            memset(&cr.trace, 0, sizeof(cr.trace));
-            ps_cores_finish(&cr);
-            free(cost);
-            ps_study_sim_finish(&sr);
+        for (int r = 0; r < NR; r++) { /* the exact run is given second: order does not choose */
+            int k = c * NR + r;
+            double t;
+            measure_run(&f, CH[c], NAME[c], &truth, r == 1 ? &truth : &slow, &in[k], &tr[k], &t);
+            if (r == 1) true_ms[c] = t;
         }
     struct ps_predict p;
     assert_int_equal(ps_study_predict_loo(f.spec, f.model, in, NC * NR, PS_CAL_ROBUST, 1,
