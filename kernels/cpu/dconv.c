@@ -391,6 +391,7 @@ static void *gwork_main(void *arg)
     float *xs = pc[0], *cb = pc[1], *part = pc[2];
     uint32_t *qin = pc[3], *poff = pc[4];
     size_t *qout = pc[5];
+    (void)cb, (void)part; /* unused without the AVX-512 product */
     tap_offsets(g, poff);
     for (size_t ch = wk->lo; ch < wk->hi; ch++) {
         size_t n0, ng, r0, nr;
@@ -598,6 +599,7 @@ static void *wwork_main(void *arg)
         return NULL;
     }
     float *xs = pc[0], *dyt = pc[1], *tile = pc[2];
+    (void)tile; /* unused without the AVX-512 product */
     uint32_t *qin = pc[3], *poff = pc[4];
     size_t *blk = pc[5]; /* per block: sample, first position, count */
     tap_offsets(g, poff);
