@@ -21,7 +21,9 @@
 # before it (e.g. "chrt -f 10": real-time priority, so other users' builds on the same cores
 # do not preempt the workers; the kernel still leaves them 5% of each second).
 # PREDICT_DIR keeps the specs, traces and costs (default: a temporary folder, removed); with
-# REUSE=1 the traces already there are fitted again without running anything.
+# REUSE=1 the traces already there are fitted again without running anything. RUN_ARGS go to
+# every `run` (tests/gpu/run.sh: "--backend cuda --virtual-devices", the same procedure on a
+# GPU, where each partition gets a stream set of its own).
 ROOT=${PS_SOURCE_ROOT:-$(dirname "$0")/..}
 PIPESCOPE=${PIPESCOPE:-pipescope}
 STEPS=${STEPS:-3}
@@ -68,7 +70,8 @@ PYEOF
             for cp in never except_last; do
                 out="$DIR/$name-c$ck-$cp.json"
                 [ "${REUSE:-0}" = 1 ] && [ -s "${out%.json}.r$r.trace.json" ] && continue
-                $LOCK $PRIO $PIN "$PIPESCOPE" run "$out" --steps "$STEPS" \
+                # shellcheck disable=SC2086 # RUN_ARGS is a list of words
+                $LOCK $PRIO $PIN "$PIPESCOPE" run "$out" --steps "$STEPS" ${RUN_ARGS:-} \
                     --trace "${out%.json}.r$r.trace.json" -q >/dev/null ||
                     { echo "bench_predict: run $out failed"; status=1; }
             done

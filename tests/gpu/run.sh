@@ -15,8 +15,11 @@
 # The run: nvidia-smi; the build options; test_gpu (ops vs the CPU backend, BN statistics per
 # policy, the trace and the stream waits of the executor, on virtual devices when there are
 # fewer GPUs; its skip, exit 77, is a failure on a GPU machine); bench_gpu (BN kernel bandwidth
-# vs 4.8 TB/s, time per pipeline iteration, CUPTI overhead). Everything prints figures; the
-# whole script stays well under 5 minutes. Extra arguments go to bench_gpu.
+# vs 4.8 TB/s, time per pipeline iteration, CUPTI overhead); the simulator's held-out accuracy
+# on the GPU (tests/bench_predict.sh with --backend cuda --virtual-devices, PREDICT_REPS runs of
+# each configuration, default 3; PREDICT_DIR keeps the traces, default a temporary folder).
+# Everything prints figures; the whole script stays under 8 minutes. Extra arguments go to
+# bench_gpu.
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -82,5 +85,9 @@ if [ "$rc" = 77 ]; then
 fi
 echo "== bench_gpu"
 timeout 120 "$bench" "$@" || { r=$?; [ "$rc" != 0 ] || rc=$r; }
+echo "== predict (calibrate on chunks 2 never + 16 except_last, the six others held out)"
+case $cli in /*) ;; *) cli=$root/$cli ;; esac
+PIPESCOPE=$cli RUN_ARGS="--backend cuda --virtual-devices" REPS=${PREDICT_REPS:-3} \
+    timeout 180 sh tests/bench_predict.sh || { r=$?; [ "$rc" != 0 ] || rc=$r; }
 echo "== done in $(( $(date +%s) - start )) s (exit $rc)"
 exit $rc
