@@ -12,7 +12,9 @@ steps 2..N of `pipescope run`'s own step times) with a thread per device and wit
 PyTorch ms per step (median, same steps, same loss), the ratio pipescope / PyTorch (< 1 =
 pipescope faster), and the peak RSS of each process (pipescope `run` and a Python process that
 imports torch and trains, each measured alone by wait4; the PyTorch figure includes the
-interpreter and torch's libraries, about 0.25 GB). bench_cpu.sh sets OMP_WAIT_POLICY=PASSIVE
+interpreter and torch's libraries, about 0.25 GB), and pipescope's steady state: the minor page
+faults and the RSS that steps 3..N add over a 2-step run, per step (the step's mini-batch only,
+and RSS 0.00, when every step reuses the memory the first ones touched). bench_cpu.sh sets OMP_WAIT_POLICY=PASSIVE
 unless it is set: spinning OpenMP workers make PyTorch tens of times slower on a loaded machine.
 Figures only; nothing is asserted.
 """
@@ -28,14 +30,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 
 
-def run_measured(argv):
-    """Runs argv; returns (stdout text, peak RSS in MB of that process alone)."""
+def run_measured(argv, minflt=False):
+    """Runs argv; returns (stdout text, peak RSS in MB of that process alone), and with minflt
+    also its minor page faults."""
     p = subprocess.Popen(argv, stdout=subprocess.PIPE)
     out = p.stdout.read()
     _, status, ru = os.wait4(p.pid, 0)
     p.returncode = os.waitstatus_to_exitcode(status)
     if p.returncode != 0:
         raise SystemExit("%s exited %d" % (argv[0], p.returncode))
+    if minflt:
+        return out.decode(), ru.ru_maxrss / 1024.0, ru.ru_minflt
     return out.decode(), ru.ru_maxrss / 1024.0
 
 
@@ -67,16 +72,27 @@ def torch_child(path, steps):
     print(json.dumps(times))
 
 
+def steady_state(pipescope, path, steps):
+    """Minor page faults and RSS MB per step that steps 3..steps add to a 2-step `run` (no report
+    written: its BN log grows with the steps)."""
+    if steps <= 2:
+        return 0.0, 0.0
+    _, rss2, flt2 = run_measured([pipescope, "run", path, "--steps", "2", "-q"], minflt=True)
+    _, rss, flt = run_measured([pipescope, "run", path, "--steps", str(steps), "-q"], minflt=True)
+    return (flt - flt2) / (steps - 2), (rss - rss2) / (steps - 2)
+
+
 def pipescope_ms(pipescope, path, steps, serial):
+    """ms per step (median of steps 2..), peak RSS MB and minor page faults of one `run`."""
     with tempfile.TemporaryDirectory() as tmp:
         rep = os.path.join(tmp, "r.json")
         argv = [pipescope, "run", path, "--steps", str(steps), "--json", rep, "-q"]
         if serial:
             argv.append("--serial")
-        _, rss = run_measured(argv)
+        _, rss, flt = run_measured(argv, minflt=True)
         with open(rep) as fh:
             us = json.load(fh)["execution"]["step_us"]
-    return statistics.median(us[1:]) / 1000.0, rss
+    return statistics.median(us[1:]) / 1000.0, rss, flt
 
 
 def main():
@@ -90,23 +106,28 @@ def main():
         steps = int(args[k + 1])
         del args[k:k + 2]
     pipescope, specs = args[0], args[1:]
-    print("%-20s %5s %6s %-11s %10s %10s %10s %6s %10s %10s" % (
+    print("%-20s %5s %6s %-11s %10s %10s %10s %6s %10s %10s %11s %12s" % (
         "spec", "batch", "chunks", "checkpoint", "ps ms", "ps serial", "torch ms", "ratio",
-        "ps RSS MB", "torch RSS"))
+        "ps RSS MB", "torch RSS", "faults/step", "RSS MB/step"))
     for arg in specs:
         path, _, n = arg.partition(":")
         n = max(2, int(n) if n else steps)
         with open(path) as fh:
             spec = json.load(fh)
         p = spec["pipeline"]
-        ps, ps_rss = pipescope_ms(pipescope, path, n, False)
-        ps_serial, _ = pipescope_ms(pipescope, path, n, True)
+        ps, ps_rss, _ = pipescope_ms(pipescope, path, n, False)
+        ps_serial, _, _ = pipescope_ms(pipescope, path, n, True)
+        # steady state: what steps 3..n add over a 2-step run (page faults, RSS): the mini-batch
+        # of each step (synthetic data, about 24 faults a step for seed1) and nothing else when
+        # every step reuses the memory the first ones touched (kernels/exec_cpu.c M5)
+        flt_step, rss_step = steady_state(pipescope, path, n)
         out, pt_rss = run_measured([sys.executable, os.path.abspath(__file__), "--torch-child",
                                     path, str(n)])
         pt = statistics.median(json.loads(out)[1:]) * 1000.0
-        print("%-20s %5d %6d %-11s %10.1f %10.1f %10.1f %6.2f %10.0f %10.0f" % (
+        print("%-20s %5d %6d %-11s %10.1f %10.1f %10.1f %6.2f %10.0f %10.0f %11d %12.2f" % (
             spec.get("name", os.path.basename(path))[:20], spec["batch"], p["chunks"],
-            p["checkpoint"], ps, ps_serial, pt, ps / pt, ps_rss, pt_rss), flush=True)
+            p["checkpoint"], ps, ps_serial, pt, ps / pt, ps_rss, pt_rss, int(round(flt_step)), rss_step),
+              flush=True)
     return 0
 
 
