@@ -150,7 +150,7 @@ int ps_exec_run(const struct ps_graph *g, const struct ps_order *order,
                 const struct ps_exec_opts *o, struct ps_exec_result *res, struct ps_diag *d);
 void ps_exec_result_finish(struct ps_exec_result *res); /* accepts a zeroed struct */
 /* Host bytes a run of `steps` steps with m micro-batches needs at most (state, activations, BN
- * update log, synthetic data); ps_exec_run refuses with -E2BIG above memlimit.h's limit before
+ * update log, synthetic labels); ps_exec_run refuses with -E2BIG above memlimit.h's limit before
  * allocating. */
 double ps_exec_estimate_bytes(const struct ps_spec *spec, const struct ps_model *model, int m,
                               int steps);

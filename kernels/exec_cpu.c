@@ -771,11 +771,12 @@ static int alloc_buffers(struct exec *ex, const struct ps_data *dt)
     ex->mb_off = calloc((size_t)m, sizeof(int64_t));
     ex->layer_dev = calloc((size_t)L + 1, sizeof(int));
     ex->xbatch = malloc((size_t)(ex->batch * dt->in_numel) * sizeof(float));
+    bool want_rows = dt->target == PS_TARGET_ROWS;
     if (dt->labels) ex->labels = malloc((size_t)ex->batch * sizeof(int64_t));
-    if (dt->rows) ex->rows = malloc((size_t)(ex->batch * dt->out_numel) * sizeof(float));
+    if (want_rows) ex->rows = malloc((size_t)(ex->batch * dt->out_numel) * sizeof(float));
     if (!ex->act || !ex->grad || !ex->saved || !ex->live || !ex->wpack || !ex->mb_loss ||
         !ex->loss_done || !ex->held_in || !ex->alias || !ex->mb_off || !ex->layer_dev ||
-        !ex->xbatch || (dt->labels && !ex->labels) || (dt->rows && !ex->rows))
+        !ex->xbatch || (dt->labels && !ex->labels) || (want_rows && !ex->rows))
         return -ENOMEM;
     for (int j = 0; j < ex->n; j++) {
         /* the device its tasks run on (an interleaved plan puts several stages on one) */
@@ -1181,9 +1182,10 @@ double ps_exec_estimate_bytes(const struct ps_spec *spec, const struct ps_model 
     bytes += (double)steps * 3.0 * (double)m *
              (bn_channels * 8.0 + (double)sizeof(struct ps_exec_bn_update));
     bytes += (double)steps * 16.0;
-    /* synthetic data: steps x batch samples */
-    if (spec->data_source == PS_DATA_SYNTHETIC)
-        bytes += (double)steps * batch * (4.0 * in + 8.0 + 4.0 * (double)model->out_numel);
+    /* synthetic data: the labels of steps x batch samples (inputs and rows are drawn per
+       mini-batch, src/data.h) */
+    if (spec->data_source == PS_DATA_SYNTHETIC && spec->loss == PS_LOSS_CROSS_ENTROPY)
+        bytes += (double)steps * batch * 8.0;
     return bytes;
 }
 
@@ -1299,8 +1301,9 @@ int ps_exec_run(const struct ps_graph *g, const struct ps_order *order,
     clock_gettime(CLOCK_MONOTONIC, &run0);
     for (int s = 0; s < steps && !rc; s++) {
         ex.step = s;
-        clock_gettime(CLOCK_MONOTONIC, &ex.t0);
+        /* the mini-batch first: drawing synthetic data is not the step's work */
         ps_data_batch(dt, s, ex.batch, ex.xbatch, ex.labels, ex.rows);
+        clock_gettime(CLOCK_MONOTONIC, &ex.t0);
         for (int i = 0; i < ex.m; i++) {
             ACT(&ex, i, 0) = ex.xbatch + ex.mb_off[i] * dt->in_numel;
             ex.loss_done[i] = false;

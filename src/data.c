@@ -5,7 +5,9 @@
  *   2. target LABELS: every label is an integer in [0, classes); ROWS: n_samples * out_numel
  *      finite floats; NONE for the sum loss (targets given anyway are ignored).
  * The synthetic generator is a pure function of (seed, sample, element), so any sample can be
- * drawn in any order and the data of step s never depends on how many steps run.
+ * drawn in any order and the data of step s never depends on how many steps run; its inputs and
+ * rows are drawn when a mini-batch asks for them (labels, 8 bytes a sample, are kept), so a run
+ * holds one mini-batch of them whatever its number of steps.
  */
 #include "src/data.h"
 
@@ -46,16 +48,12 @@ static int gen_synthetic(struct ps_data *dt, const struct ps_spec *spec, int64_t
                          struct ps_diag *d)
 {
     char what[96];
-    snprintf(what, sizeof(what), "synthetic data of %lld samples", (long long)samples);
-    int rc = ps_memlimit_check((double)samples * (4.0 * (double)dt->in_numel + 8.0 +
-                                                  4.0 * (double)dt->out_numel),
-                               spec->path, what, "use a smaller batch or fewer steps", d);
+    snprintf(what, sizeof(what), "synthetic labels of %lld samples", (long long)samples);
+    int rc = ps_memlimit_check((double)samples * 8.0, spec->path, what, "use fewer steps", d);
     if (rc) return rc;
     dt->n_samples = samples;
-    dt->x = malloc((size_t)(samples * dt->in_numel) * sizeof(float));
-    if (!dt->x) return ps_diag_set(d, -ENOMEM, spec->path, "out of memory for synthetic data");
-    for (int64_t k = 0; k < samples * dt->in_numel; k++)
-        dt->x[k] = (float)normal(spec->seed, STREAM_INPUT, (uint64_t)k);
+    dt->synthetic = true;
+    dt->seed = spec->seed;
     if (dt->target == PS_TARGET_LABELS) {
         dt->labels = malloc((size_t)samples * sizeof(int64_t));
         if (!dt->labels) return ps_diag_set(d, -ENOMEM, spec->path, "out of memory");
@@ -63,13 +61,19 @@ static int gen_synthetic(struct ps_data *dt, const struct ps_spec *spec, int64_t
             int64_t c = (int64_t)(uni(spec->seed, STREAM_LABEL, (uint64_t)k) * (double)dt->classes);
             dt->labels[k] = c < dt->classes ? c : dt->classes - 1;
         }
-    } else if (dt->target == PS_TARGET_ROWS) {
-        dt->rows = malloc((size_t)(samples * dt->out_numel) * sizeof(float));
-        if (!dt->rows) return ps_diag_set(d, -ENOMEM, spec->path, "out of memory");
-        for (int64_t k = 0; k < samples * dt->out_numel; k++)
-            dt->rows[k] = (float)normal(spec->seed, STREAM_ROW, (uint64_t)k);
     }
     return 0;
+}
+
+/* synthetic sample s: its inputs (and rows) as gen_synthetic laid them out in the stream */
+static void draw_sample(const struct ps_data *dt, int64_t s, float *x, float *rows)
+{
+    if (x)
+        for (int64_t e = 0; e < dt->in_numel; e++)
+            x[e] = (float)normal(dt->seed, STREAM_INPUT, (uint64_t)(s * dt->in_numel + e));
+    if (rows && dt->target == PS_TARGET_ROWS)
+        for (int64_t e = 0; e < dt->out_numel; e++)
+            rows[e] = (float)normal(dt->seed, STREAM_ROW, (uint64_t)(s * dt->out_numel + e));
 }
 
 /* ---- checks shared by npy and csv -------------------------------------------------------- */
@@ -365,19 +369,28 @@ int ps_data_load(const struct ps_spec *spec, const struct ps_model *model,
     return rc;
 }
 
+void ps_data_rows(const struct ps_data *dt, int64_t first, int64_t count, float *x,
+                  int64_t *labels, float *rows)
+{
+    for (int64_t b = 0; b < count; b++) {
+        int64_t s = (int64_t)(((uint64_t)first + (uint64_t)b) % (uint64_t)dt->n_samples);
+        float *xb = x ? x + b * dt->in_numel : NULL;
+        float *rb = rows ? rows + b * dt->out_numel : NULL;
+        if (labels && dt->labels) labels[b] = dt->labels[s];
+        if (dt->synthetic) {
+            draw_sample(dt, s, xb, rb);
+            continue;
+        }
+        if (xb) memcpy(xb, dt->x + s * dt->in_numel, (size_t)dt->in_numel * sizeof(float));
+        if (rb && dt->rows)
+            memcpy(rb, dt->rows + s * dt->out_numel, (size_t)dt->out_numel * sizeof(float));
+    }
+}
+
 void ps_data_batch(const struct ps_data *dt, int64_t step, int64_t batch, float *x,
                    int64_t *labels, float *rows)
 {
-    for (int64_t b = 0; b < batch; b++) {
-        int64_t s = (int64_t)(((uint64_t)step * (uint64_t)batch + (uint64_t)b) %
-                              (uint64_t)dt->n_samples);
-        memcpy(x + b * dt->in_numel, dt->x + s * dt->in_numel,
-               (size_t)dt->in_numel * sizeof(float));
-        if (labels && dt->labels) labels[b] = dt->labels[s];
-        if (rows && dt->rows)
-            memcpy(rows + b * dt->out_numel, dt->rows + s * dt->out_numel,
-                   (size_t)dt->out_numel * sizeof(float));
-    }
+    ps_data_rows(dt, (int64_t)((uint64_t)step * (uint64_t)batch), batch, x, labels, rows);
 }
 
 void ps_data_finish(struct ps_data *dt)

@@ -29,20 +29,26 @@ enum ps_target_kind { PS_TARGET_NONE, PS_TARGET_LABELS, PS_TARGET_ROWS };
 struct ps_data {
     int64_t n_samples;     /* S */
     int64_t in_numel;      /* per sample */
-    float *x;              /* [S, in_numel] */
+    float *x;              /* [S, in_numel]; NULL for synthetic data (drawn by ps_data_rows) */
     enum ps_target_kind target;
     int64_t classes;       /* labels: valid range [0, classes) */
     int64_t *labels;       /* [S] */
     int64_t out_numel;     /* rows: per sample */
-    float *rows;           /* [S, out_numel] */
+    float *rows;           /* [S, out_numel]; NULL for synthetic data */
+    bool synthetic;        /* x and rows are drawn when asked for, from seed: a run of many
+                              steps holds one mini-batch of them, not every step's */
+    uint64_t seed;
 };
 
 /* Loads or generates the data of a spec; synthetic data gets `synthetic_samples` samples
  * (e.g. batch * steps). Returns 0 or a negative errno with diag. */
 int ps_data_load(const struct ps_spec *spec, const struct ps_model *model,
                  int64_t synthetic_samples, struct ps_data *out, struct ps_diag *d);
-/* Copies the mini-batch of step `step` (batch samples, wrapping) into x [batch, in_numel] and
- * labels [batch] or rows [batch, out_numel] (pass NULL for what the target kind lacks). */
+/* Copies samples first .. first + count - 1 (wrapping) into x [count, in_numel] and labels
+ * [count] or rows [count, out_numel] (any may be NULL: not wanted, or not of this target kind). */
+void ps_data_rows(const struct ps_data *dt, int64_t first, int64_t count, float *x,
+                  int64_t *labels, float *rows);
+/* The mini-batch of step `step`: samples step * batch .. (ps_data_rows). */
 void ps_data_batch(const struct ps_data *dt, int64_t step, int64_t batch, float *x,
                    int64_t *labels, float *rows);
 void ps_data_finish(struct ps_data *dt); /* accepts a zeroed struct */

@@ -840,11 +840,23 @@ static void test_data_synthetic(void **state)
     struct ps_data a, b;
     if (ps_data_load(r.spec, r.model, 64, &a, &d)) fail_diag(&d);
     if (ps_data_load(r.spec, r.model, 32, &b, &d)) fail_diag(&d);
-    assert_memory_equal(a.x, b.x, 32 * 6 * sizeof(float)); /* sample k never depends on S */
+    /* drawn on request: nothing stored but the labels */
+    assert_true(a.synthetic && !a.x && !a.rows && a.labels);
+    static float ax[64 * 6], bx[32 * 6], wx[4 * 6];
+    ps_data_rows(&a, 0, 64, ax, NULL, NULL);
+    ps_data_rows(&b, 0, 32, bx, NULL, NULL);
+    assert_memory_equal(ax, bx, 32 * 6 * sizeof(float)); /* sample k never depends on S */
+    ps_data_rows(&b, 31, 2, wx, NULL, NULL);                /* samples 31 and 0: wrapping */
+    assert_memory_equal(wx, bx + 31 * 6, 6 * sizeof(float));
+    assert_memory_equal(wx + 6, bx, 6 * sizeof(float));
+    int64_t lab[4];
+    ps_data_batch(&a, 3, 4, wx, lab, NULL); /* samples 12..15, drawn again: the same */
+    assert_memory_equal(wx, ax + 12 * 6, 4 * 6 * sizeof(float));
+    assert_true(lab[0] == a.labels[12] && lab[3] == a.labels[15]);
     double s = 0, q = 0;
     for (int k = 0; k < 64 * 6; k++) {
-        s += a.x[k];
-        q += (double)a.x[k] * a.x[k];
+        s += ax[k];
+        q += (double)ax[k] * ax[k];
     }
     s /= 384;
     q = q / 384 - s * s;

@@ -102,8 +102,9 @@ static void test_estimates(void **state)
            many = ps_exec_estimate_bytes(s, m, s->mb_count, 1000);
     /* at least: weights+grads 8 * 1.001e6, activations+grads 2 layers x 1024 x 1000 x 8 */
     assert_true(one >= 8.0 * 1001000 + 2.0 * 1024 * 1000 * 8);
-    /* 1000 steps of synthetic data: 1024 x 1000 samples of 1000 floats */
-    assert_true(many - one >= 999.0 * 1024 * 1000 * 4);
+    /* 1000 steps: the BN log only (none here) and the step times; synthetic inputs are drawn
+       per mini-batch, never 1000 steps of them at once (labels: cross_entropy only) */
+    assert_true(many - one < 1e6);
     ps_model_destroy(m);
     ps_spec_destroy(s);
 }

@@ -416,6 +416,7 @@ int ps_drift_run(const struct ps_spec *spec, const struct ps_model *model, const
     memset(&ref, 0, sizeof(ref));
     memset(&probe, 0, sizeof(probe));
     struct evalset ev = {0}, *evp = NULL;
+    float *ev_x = NULL;
     int64_t train_samples = 0;
     int rc = ps_state_init(&st0, spec, model, spec->seed, d);
     if (!rc && o->train && o->eval_rows > 0) {
@@ -430,7 +431,12 @@ int ps_drift_run(const struct ps_spec *spec, const struct ps_model *model, const
         if (!rc) {
             train_samples = dt.n_samples - o->eval_rows;
             ev.n = o->eval_rows;
-            ev.x = dt.x + train_samples * dt.in_numel;
+            /* the held-out tail as rows of its own (synthetic data is drawn on request) */
+            if (!(ev_x = malloc((size_t)(o->eval_rows * dt.in_numel) * sizeof(float))))
+                rc = ps_diag_set(d, -ENOMEM, spec->path, "out of memory for the evaluation rows");
+            else
+                ps_data_rows(&dt, train_samples, o->eval_rows, ev_x, NULL, NULL);
+            ev.x = ev_x;
             ev.labels = dt.labels + train_samples;
             evp = &ev;
             out->train_rows = train_samples;
@@ -514,6 +520,7 @@ int ps_drift_run(const struct ps_spec *spec, const struct ps_model *model, const
     free(group);
     ps_state_finish(&st0);
     ps_data_finish(&dt);
+    free(ev_x);
     if (rc) ps_drift_finish(out);
     return rc;
 }
