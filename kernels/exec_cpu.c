@@ -33,11 +33,13 @@
  *       that reads it (a relu: its output) is done, and every buffer of its layers for
  *       micro-batch i by its end. The model output goes as soon as F(i,n-1) has
  *       computed its loss and output gradient (E4).
- *   M4. Workspace is per kernel call and cache-sized (the sgemm's packing buffers; conv2d never
- *       stores its column matrix, kernels/cpu/conv.c).
+ *   M4. Workspace is cache-sized and kept per thread (kernels/cpu/scratch.c: the sgemm's
+ *       packing buffers, the gathered convolution's rows and tiles; conv2d never stores its
+ *       column matrix, kernels/cpu/conv.c).
  *   M5. A freed buffer (activation, gradient, saved tensor, scratch) goes to its device's cache
- *       and serves the next request of the same size on that device; the cache is freed when
- *       the run ends. Counted bytes are buffers in use; the cache is not counted.
+ *       and serves the next request of the same size on that device; the caches are freed when
+ *       the run ends, or when malloc fails (then it is tried once more). Counted bytes are
+ *       buffers in use; the caches are not counted.
  * The executor counts, per device, the bytes of activations and saved tensors alive (act and
  * pool indices / dropout masks; gradients live only inside one B and BN statistics are C floats,
  * neither is counted): the peak over all steps, and every change in the last step
@@ -276,8 +278,14 @@ static void *buf_take(struct exec *ex, size_t bytes, int dev, bool counted, cons
     void *p = cache_take(&ex->sh->cache[dev], bytes);
     unlock(ex);
     if (!p && !(p = malloc(bytes))) {
-        ps_diag_set(ex->d, -ENOMEM, "exec", "out of memory for the %s", what);
-        return NULL;
+        /* the caches hold buffers of other sizes: give them back and try once more */
+        lock(ex);
+        for (int k = 0; k < ex->sh->n_dev; k++) cache_free(&ex->sh->cache[k]);
+        unlock(ex);
+        if (!(p = malloc(bytes))) {
+            ps_diag_set(ex->d, -ENOMEM, "exec", "out of memory for the %s", what);
+            return NULL;
+        }
     }
     if (counted && mem_note(ex, dev, (int64_t)bytes)) {
         lock(ex);
