@@ -74,10 +74,11 @@ void ps_calib_finish(struct ps_calib *c); /* accepts a zeroed struct */
  * pinning brings in that partition's s^2 term (Fc_j, Bc_j: F = Fa + s Fb + s^2 Fc, likewise R
  * and the checkpointed F; B = Ba + s Bb + s^2 Bc), itself >= 0, so the per-sample cost is
  * Fb + s Fc and the fit still passes through both sizes. B of a micro-batch the graph recomputes
- * on that partition (R right before it) is B + s * Hb_j (Hb: column last; NaN when the runs
- * have no such B or none without, at a second size: then B of both is the same): R leaves the
- * micro-batch's activations in the CPU's cache, where a stored micro-batch's were written long
- * before (sim/COSTS.md, measured). Per-layer costs: a partition's
+ * on that partition (R right before it) is B + s * Hb_j (NaN when the runs cannot tell it from B:
+ * then B of both is the same): R leaves the micro-batch's activations in the CPU's cache, where
+ * a stored micro-batch's were written long before. The step's first B on partition j (in the
+ * run's order) is B + s * Pb_j, Pb >= 0: its gradient buffers are the only ones no task has
+ * touched since the previous step (sim/COSTS.md, measured). Per-layer costs: a partition's
  * per-sample terms split in proportion to its layers' roofline times, its fixed terms in equal
  * parts (the trace has one range per partition task, so the layers inside it are not seen). */
 enum ps_calib_term { PS_CALT_FWD_FIXED, PS_CALT_FWD_SAMPLE, PS_CALT_BWD_FIXED, PS_CALT_BWD_SAMPLE,
