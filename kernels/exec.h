@@ -110,6 +110,10 @@ struct ps_exec_opts {
      * stops the run with -ECANCELED. NULL = none. diagnose uses it for its time budget. */
     bool (*progress)(void *ctx, double done, double total);
     void *progress_ctx;
+    /* cpu: threads one kernel call may use (0: ps_cpu_threads(), shared among the device
+       workers). Kernels split a call across threads only above a work threshold, a step in a
+       task's cost against its micro-batch size; 1 keeps every task on one thread. */
+    int kernel_threads;
 };
 
 /* Measured activation memory (cpu; exec_cpu.c M1-M4): bytes of activations and saved tensors

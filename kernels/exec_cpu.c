@@ -1083,14 +1083,14 @@ static int sort_bn_log(struct ps_exec_result *r, uint32_t from, const struct ps_
 
 /* One step with a worker per device. */
 static int run_step_threaded(struct exec *ex, struct worker *w, const struct ps_order *order,
-                             bool forward_only, bool record)
+                             bool forward_only, bool record, int kernel_threads)
 {
     struct shared *sh = ex->sh;
     int nd = sh->n_dev;
     memset(sh->done, 0, ex->g->n_nodes);
     sh->failed = 0;
     uint32_t bn0 = ex->res->n_bn;
-    int per = ps_cpu_threads() / nd;
+    int per = kernel_threads > 0 ? kernel_threads : ps_cpu_threads() / nd;
     for (int k = 0; k < nd; k++) {
         double *tm = w[k].ex.tmp_mean, *tv = w[k].ex.tmp_var;
         w[k].ex = *ex;
@@ -1265,6 +1265,7 @@ int ps_exec_run(const struct ps_graph *g, const struct ps_order *order,
     /* devices on threads: only when there is more than one */
     struct worker *w = NULL;
     bool sync_init = false;
+    ps_cpu_set_threads_local(o->kernel_threads); /* the serial mode's kernels (0: default) */
     if (!rc && o->device_threads && sh.n_dev > 1) {
         sh.threaded = true;
         sh.spin = sh.n_dev <= usable_cpus();
@@ -1322,7 +1323,7 @@ int ps_exec_run(const struct ps_graph *g, const struct ps_order *order,
         bool record = o->trace && s == steps - 1;
         sh.record = s == steps - 1;
         if (sh.threaded) {
-            rc = run_step_threaded(&ex, w, order, o->forward_only, record);
+            rc = run_step_threaded(&ex, w, order, o->forward_only, record, o->kernel_threads);
             /* threaded: progress once per step */
             if (!rc && o->progress) {
                 work_done += work_step;
@@ -1368,6 +1369,7 @@ int ps_exec_run(const struct ps_graph *g, const struct ps_order *order,
         pthread_cond_destroy(&sh.idle);
     }
     ps_cpu_scratch_release(); /* the serial mode's kernel workspace */
+    ps_cpu_set_threads_local(0);
     for (int k = 0; w && k < sh.n_dev; k++) {
         free(w[k].ex.tmp_mean);
         free(w[k].ex.tmp_var);

@@ -183,9 +183,10 @@ static int other_chunks(const struct ps_diagnose *dg, int *out)
     return n;
 }
 
-/* The held-out check: CPU runs (as the CPU run: same executor mode and steps) at other chunk
-   counts, then leave-one-out over the three. Never fails: pred_why says why there are no
-   figures. */
+/* The held-out check: CPU runs at the spec's chunks and at up to two other chunk counts (the
+   CPU run's executor mode and steps, one thread per kernel call, PS_DIAGNOSE_REPS runs of each
+   when they are cheap), then leave-one-out over the configurations. Never fails: pred_why says
+   why there are no figures. */
 static void held_out(struct ps_diagnose *dg)
 {
     const struct ps_spec *spec = dg->spec;
@@ -199,13 +200,13 @@ static void held_out(struct ps_diagnose *dg)
     }
     int steps = dg->runs[0].res.steps > 0 ? dg->runs[0].res.steps : 1;
     if (dg->opts.budget_s > 0) {
-        /* a run at other chunks costs about the CPU run (+30% for more micro-batches); leave
-           most of what is left to the drift sweep */
+        /* a run costs about the CPU run, twice with one kernel thread (+30% for more
+           micro-batches); leave most of what is left to the drift sweep */
         double left = dg->opts.budget_s - (now_s() - dg->bud.t0);
-        if (1.3 * nc * dg->cpu_run_s > 0.25 * left) {
+        if (2.6 * (nc + 1) * dg->cpu_run_s > 0.25 * left) {
             snprintf(dg->pred_why, sizeof(dg->pred_why),
                      "skipped to fit the time budget of %.0f s (%d more CPU runs of about %.1f s)",
-                     dg->opts.budget_s, nc, dg->cpu_run_s);
+                     dg->opts.budget_s, nc + 1, 2 * dg->cpu_run_s);
             char also[32] = "";
             if (nc > 1) snprintf(also, sizeof(also), " and %d", ch[1]);
             reduced(dg, "the held-out accuracy check was skipped: pipescope run %s --steps %d "
@@ -215,43 +216,53 @@ static void held_out(struct ps_diagnose *dg)
             return;
         }
     }
+    /* repetitions when all of them cost little (the machine's speed drifts between runs: the
+       least disturbed ones measure the simulator, not the noise) */
+    dg->pred_reps = 1;
+    if (PS_DIAGNOSE_REPS * 2.6 * (nc + 1) * dg->cpu_run_s <=
+        0.1 * (dg->opts.budget_s > 0 ? dg->opts.budget_s : 60.0))
+        dg->pred_reps = PS_DIAGNOSE_REPS;
     begin(dg, "held-out runs");
-    struct ps_predict_input in[3];
-    int n = 0;
-    ps_variant_from_spec(spec, &in[0].var);
-    snprintf(dg->pred_name[0], sizeof(dg->pred_name[0]), "chunks %d", spec->chunks);
-    in[0].name = dg->pred_name[0];
-    in[0].meas = &dg->runs[0].res.trace;
-    n = 1;
+    struct ps_predict_input in[3 * PS_DIAGNOSE_REPS];
+    int n = 0, chunks[3] = {spec->chunks, ch[0], nc > 1 ? ch[1] : 0};
+    struct ps_variant var[3];
+    bool ok[3] = {false, false, false};
+    for (int k = 0; k <= nc; k++) {
+        ps_variant_from_spec(spec, &var[k]);
+        snprintf(dg->pred_name[k], sizeof(dg->pred_name[k]), "chunks %d", chunks[k]);
+    }
     struct ps_diag d;
     ps_diag_clear(&d);
-    for (int k = 0; k < nc; k++) {
-        struct ps_variant v;
-        ps_variant_from_spec(spec, &v);
-        struct ps_study_sim sr;
-        memset(&sr, 0, sizeof(sr));
-        int rc = ps_variant_set_chunks(&v, spec, ch[k], &d);
-        if (!rc) rc = ps_study_simulate(spec, dg->model, &v, NULL, NULL, &sr, &d);
-        if (!rc) {
-            struct ps_exec_opts eo;
-            ps_exec_opts_init(&eo);
-            eo.backend = PS_BACKEND_CPU;
-            eo.steps = steps;
-            rc = ps_exec_run(sr.g, &sr.order, &eo, &dg->extra[dg->n_extra], &d);
+    for (int r = 0; r < dg->pred_reps; r++)
+        for (int k = 0; k <= nc; k++) {
+            if (r && !ok[k]) continue; /* its first run failed */
+            struct ps_study_sim sr;
+            memset(&sr, 0, sizeof(sr));
+            int rc = k ? ps_variant_set_chunks(&var[k], spec, chunks[k], &d) : 0;
+            if (!rc) rc = ps_study_simulate(spec, dg->model, &var[k], NULL, NULL, &sr, &d);
+            if (!rc) {
+                struct ps_exec_opts eo;
+                ps_exec_opts_init(&eo);
+                eo.backend = PS_BACKEND_CPU;
+                eo.steps = steps;
+                /* one thread per kernel call: the kernels split large calls across threads
+                   above a work threshold, a step in a task's cost against its micro-batch size
+                   that the per-partition cost model does not have (README, diagnose) */
+                eo.kernel_threads = 1;
+                rc = ps_exec_run(sr.g, &sr.order, &eo, &dg->extra[dg->n_extra], &d);
+            }
+            ps_study_sim_finish(&sr);
+            if (rc) {
+                ps_diag_format(&d, dg->pred_why, sizeof(dg->pred_why));
+                warn(dg, "the CPU run at chunks %d (held-out check) failed: %s", chunks[k],
+                     dg->pred_why);
+                ps_diag_clear(&d);
+                continue;
+            }
+            ok[k] = true;
+            int e = dg->n_extra++;
+            in[n++] = (struct ps_predict_input){dg->pred_name[k], var[k], &dg->extra[e].trace};
         }
-        ps_study_sim_finish(&sr);
-        if (rc) {
-            ps_diag_format(&d, dg->pred_why, sizeof(dg->pred_why));
-            warn(dg, "the CPU run at chunks %d (held-out check) failed: %s", ch[k], dg->pred_why);
-            ps_diag_clear(&d);
-            continue;
-        }
-        int e = dg->n_extra++;
-        dg->extra_chunks[e] = ch[k];
-        snprintf(dg->pred_name[n], sizeof(dg->pred_name[n]), "chunks %d", ch[k]);
-        in[n] = (struct ps_predict_input){dg->pred_name[n], v, &dg->extra[e].trace};
-        n++;
-    }
     end(dg, "done");
     if (n < 2) {
         if (!dg->pred_why[0])
@@ -260,8 +271,9 @@ static void held_out(struct ps_diagnose *dg)
     }
     /* diagnose's CPU runs are serial (one task at a time, in the order's sequence): devices
        as threads on one core (sim/cores.h) is that run's timing model exactly */
-    if (ps_study_predict_loo(spec, dg->model, in, n, PS_CAL_ROBUST, 1, PS_PREDICT_MEDIAN,
-                             &dg->pred, &d)) {
+    if (ps_study_predict_loo(spec, dg->model, in, n, PS_CAL_ROBUST, 1,
+                             dg->pred_reps > 1 ? PS_PREDICT_MIN : PS_PREDICT_MEDIAN, &dg->pred,
+                             &d)) {
         ps_diag_format(&d, dg->pred_why, sizeof(dg->pred_why));
         ps_study_predict_finish(&dg->pred);
         return;

@@ -51,7 +51,25 @@ static const struct ps_drift_run *drift_find(const struct ps_drift *dr, int chun
     return NULL;
 }
 
-/* the run the pictures and the comparison section use: CUDA when it ran, else the CPU */
+/* Where held-out group j's micro-batch size lies against the sizes its fold was fitted to (the
+   other groups'): "" between them, else "above the fitted 2-4" or "below ...": a fit read at
+   two sizes says least about a third outside them (sim/COSTS.md). */
+static const char *fold_range(const struct ps_predict *p, int j, char *buf, size_t len)
+{
+    int64_t s = ps_variant_mb_size(&p->runs[p->groups[j].first].var, 0), lo = INT64_MAX, hi = 0;
+    for (int k = 0; k < p->n_groups; k++) {
+        if (k == j) continue;
+        int64_t t = ps_variant_mb_size(&p->runs[p->groups[k].first].var, 0);
+        lo = t < lo ? t : lo;
+        hi = t > hi ? t : hi;
+    }
+    buf[0] = 0;
+    if (hi > 0 && (s < lo || s > hi))
+        snprintf(buf, len, "%s the fitted %lld-%lld", s < lo ? "below" : "above",
+                 (long long)lo, (long long)hi);
+    return buf;
+}
+
 /* "; held out (each chunk count predicted by a fit to the others): chunks 4 +1.2%, ..." or
    why there are no held-out figures: the simulator's accuracy, never the in-sample fit */
 static void held_out_words(const struct ps_diagnose *dg, char *buf, size_t len)
@@ -66,8 +84,13 @@ static void held_out_words(const struct ps_diagnose *dg, char *buf, size_t len)
                                           "measured) / measured:");
     for (int j = 0; j < p->n_groups && o < len; j++) {
         const struct ps_predict_group *gr = &p->groups[j];
-        o += (size_t)snprintf(buf + o, len - o, "%s %s %+.1f%%", j ? "," : "",
-                              p->runs[gr->first].spec_path, -100 * gr->error);
+        const struct ps_predict_run *r = &p->runs[gr->first];
+        char rg[64];
+        o += (size_t)snprintf(buf + o, len - o, "%s %s %+.1f%%", j ? "," : "", r->spec_path,
+                              -100 * gr->error);
+        if (*fold_range(p, j, rg, sizeof(rg)) && o < len)
+            o += (size_t)snprintf(buf + o, len - o, " (%lld samples, %s)",
+                                  (long long)ps_variant_mb_size(&r->var, 0), rg);
     }
 }
 
@@ -494,14 +517,22 @@ static void page_held_out(const struct ps_diagnose *dg, struct ps_html *h)
                         "(%s).", dg->pred_why);
         return;
     }
+    char reps[200] = "";
+    if (dg->pred_reps > 1)
+        snprintf(reps, sizeof(reps),
+                 "; %d runs of each configuration, in interleaved rounds: the fit reads the least "
+                 "disturbed quarter and the table compares the minimum",
+                 dg->pred_reps);
     ps_html_para(h,
-                 "Simulator accuracy on configurations it was not fitted to: the CPU run and "
-                 "CPU runs at other chunk counts (%d step%s each, the last step compared), each "
-                 "predicted by costs fitted to the other runs only (fixed + per-sample terms "
-                 "per partition, sim/calibrate.h) and simulated as the CPU executor ran them "
-                 "(cores: N = devices as threads on N cores, sim/cores.h; the serial run is "
-                 "one core). Held-out makespan error: mean %.1f%%, max %.1f%%.",
-                 dg->runs[0].res.steps, dg->runs[0].res.steps == 1 ? "" : "s",
+                 "Simulator accuracy on configurations it was not fitted to: CPU runs at the "
+                 "spec's chunks and at other chunk counts (%d step%s each, the last step "
+                 "compared, one thread per kernel call%s), each predicted by costs fitted to the "
+                 "other configurations only (fixed + per-sample terms per partition, "
+                 "sim/calibrate.h) and simulated as the CPU executor ran them (cores: N = "
+                 "devices as threads on N cores, sim/cores.h; the serial run is one core). A micro-batch size outside the sizes its fold was "
+                 "fitted to is marked: a fit read at two sizes says least about a third beyond "
+                 "them. Held-out makespan error: mean %.1f%%, max %.1f%%.",
+                 dg->runs[0].res.steps, dg->runs[0].res.steps == 1 ? "" : "s", reps,
                  100 * p->mean_holdout_error, 100 * p->max_holdout_error);
     const char *head[] = {"configuration", "micro-batch", "predicted", "measured",
                           "error (pred - meas) / meas", "bubble predicted / measured",
@@ -514,7 +545,10 @@ static void page_held_out(const struct ps_diagnose *dg, struct ps_html *h)
         const char *cells[8];
         for (int k = 0; k < 8; k++) cells[k] = c[k];
         snprintf(c[0], sizeof(c[0]), "%s", r->spec_path);
-        snprintf(c[1], sizeof(c[1]), "%lld", (long long)ps_variant_mb_size(&r->var, 0));
+        char rg[64];
+        fold_range(p, j, rg, sizeof(rg));
+        snprintf(c[1], sizeof(c[1]), "%lld%s%s%s", (long long)ps_variant_mb_size(&r->var, 0),
+                 *rg ? " (" : "", rg, *rg ? ")" : "");
         ps_viz_time(gr->pred_makespan_us, c[2], sizeof(c[2]));
         ps_viz_time(gr->meas_us, c[3], sizeof(c[3]));
         snprintf(c[4], sizeof(c[4]), "%+.1f%%", -100 * gr->error);

@@ -328,11 +328,14 @@ struct ps_diagnose {
     struct ps_study_sim sim_cal;
     struct ps_compare cmp_cal;
     /* held out: the CPU run and CPU runs at other chunk counts (the same steps), each predicted
-       by a fit to the others (ps_study_predict_loo): the simulator's accuracy */
+       by a fit to the others (ps_study_predict_loo): the simulator's accuracy. When they are
+       cheap, each configuration runs PS_DIAGNOSE_REPS times (the CPU run is the first of its
+       own), rounds interleaved, and the fit reads the least disturbed quarter (PS_PREDICT_MIN) */
     double cpu_run_s;                  /* the CPU run's wall time */
+#define PS_DIAGNOSE_REPS 5
+    int pred_reps;                     /* runs of each configuration (1 or PS_DIAGNOSE_REPS) */
     int n_extra;
-    int extra_chunks[2];
-    struct ps_exec_result extra[2];
+    struct ps_exec_result extra[3 * PS_DIAGNOSE_REPS];
     char pred_name[3][32];
     bool have_pred;
     struct ps_predict pred;
