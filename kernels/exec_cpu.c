@@ -1265,7 +1265,7 @@ int ps_exec_run(const struct ps_graph *g, const struct ps_order *order,
     /* devices on threads: only when there is more than one */
     struct worker *w = NULL;
     bool sync_init = false;
-    ps_cpu_set_threads_local(o->kernel_threads); /* the serial mode's kernels (0: default) */
+    if (o->kernel_threads > 0) ps_cpu_set_threads_local(o->kernel_threads); /* serial mode */
     if (!rc && o->device_threads && sh.n_dev > 1) {
         sh.threaded = true;
         sh.spin = sh.n_dev <= usable_cpus();
@@ -1369,7 +1369,7 @@ int ps_exec_run(const struct ps_graph *g, const struct ps_order *order,
         pthread_cond_destroy(&sh.idle);
     }
     ps_cpu_scratch_release(); /* the serial mode's kernel workspace */
-    ps_cpu_set_threads_local(0);
+    if (o->kernel_threads > 0) ps_cpu_set_threads_local(0);
     for (int k = 0; w && k < sh.n_dev; k++) {
         free(w[k].ex.tmp_mean);
         free(w[k].ex.tmp_var);
