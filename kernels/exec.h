@@ -1,4 +1,4 @@
-/* exec: runs the task graph for real and reports what happened (ARCHITECTURE.md, "exec").
+/* exec: runs the task graph for real and reports what happened (the README's Layout).
  *
  * Two parts:
  *   state (state.c)     the model's parameters and buffers, by layer, in PyTorch's state_dict

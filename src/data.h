@@ -1,4 +1,4 @@
-/* data: the training samples a `run` consumes (FORMATS.md, "data").
+/* data: the training samples a `run` consumes (src/SPEC.md, "data").
  *
  * Sources:
  *   synthetic  seeded and reproducible: input elements N(0,1) (Box-Muller over a splitmix64

@@ -152,13 +152,13 @@ void ps_graph_estimate(int m, int n, enum ps_checkpoint c, uint64_t *nodes, uint
  * (ps_schedule_build checks it against memlimit.h before allocating). */
 double ps_graph_estimate_bytes(int m, int n, enum ps_checkpoint c);
 
-/* Task name as in FORMATS.md: F(2,1), B(2,1), R(2,1), C(2,0->1), W(2,1), Wo(2,1), fork(2,1),
+/* Task name as in viz/REPORT.md: F(2,1), B(2,1), R(2,1), C(2,0->1), W(2,1), Wo(2,1), fork(2,1),
  * join(2,1), rfork(2,1), rjoin(2,1), r(2,1), loss, loss', opt(1), Wg(2,1); backward twins of
  * copy/wait/fork/join carry a prime: W'(2,1). Returns buf. */
 const char *ps_node_name(const struct ps_graph *g, uint32_t id, char *buf, int len);
 const char *ps_node_kind_name(enum ps_node_kind k);
 const char *ps_edge_kind_name(enum ps_edge_kind k);
-/* Trace category of FORMATS.md: forward | backward | recompute | copy | wait | fork | join | ... */
+/* Trace category (viz/REPORT.md): forward | backward | recompute | copy | wait | fork | join | ... */
 const char *ps_node_category(const struct ps_node *nd);
 /* "compute", "copy mb 3" */
 const char *ps_stream_name(const struct ps_graph *g, int32_t s, char *buf, int len);

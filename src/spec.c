@@ -1,4 +1,4 @@
-/* spec: the pipeline spec of FORMATS.md, read with cJSON and validated into struct ps_spec.
+/* spec: the pipeline spec of src/SPEC.md, read with cJSON and validated into struct ps_spec.
  *
  * This file owns the front door: every byte a user writes passes through here, so every rejection
  * names the place ("FILE: json.path", or "FILE:LINE:COL" for malformed JSON) and says what was
@@ -9,7 +9,7 @@
  *   2. (in 1: json_in.h rejects duplicate keys, which cJSON silently keeps);
  *   3. top level: "pipescope" version first (a future format may differ everywhere), then unknown
  *      keys, then name, batch, model, pipeline, data, hardware, costs, train, each object checking
- *      its unknown keys before its fields, fields in the order FORMATS.md lists them;
+ *      its unknown keys before its fields, fields in the order src/SPEC.md lists them;
  *   4. cross-field rules (balance sum, chunks <= batch, devices per partition) as each becomes
  *      decidable, then the derived fields (first_layer, device_id, mb_count, mb_size).
  * Invariants after success are those listed in spec.h. Layer shapes are checked by model.c; this

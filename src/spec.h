@@ -1,4 +1,4 @@
-/* spec: the pipeline spec (FORMATS.md), parsed and validated into plain structs.
+/* spec: the pipeline spec (src/SPEC.md), parsed and validated into plain structs.
  *
  * The spec is the product's front door. ps_spec_load() reads a JSON file with cJSON, rejects
  * duplicate keys, unknown ops, wrong types and impossible values, and reports the FIRST error

@@ -3,7 +3,7 @@
  * One record per executed node (or per measured kernel/memcpy that maps to a node): device
  * (Chrome trace pid), stream (graph stream id, Chrome trace tid), start and duration in
  * microseconds relative to the start of the run. Viz and compare read only this, so they never
- * know whether a timeline was simulated or measured (STYLE.md rule 5).
+ * know whether a timeline was simulated or measured (src/HACKING.md, convention 5).
  */
 #ifndef PS_TRACE_H
 #define PS_TRACE_H

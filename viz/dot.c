@@ -1,4 +1,4 @@
-/* dot: the task graph as Graphviz DOT, built with cgraph (FORMATS.md, "graphs").
+/* dot: the task graph as Graphviz DOT, built with cgraph (viz/REPORT.md, "Pictures").
  *
  * One cluster per device (`subgraph cluster_dev0 {label="cuda:0" ...}`, newrank=true so rank
  * constraints work across clusters); a node is named by its task (F(2,1), B(2,1), R(2,1),

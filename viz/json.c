@@ -1,4 +1,4 @@
-/* json: the report JSON (FORMATS.md, "report JSON"), built with cJSON, numbers printed by us.
+/* json: the report JSON (viz/REPORT.md, "Report JSON"), built with cJSON, numbers printed by us.
  *
  * cJSON prints doubles with 15 significant digits, which does not round-trip. Every number in
  * a report is therefore a cJSON *raw* item holding text we formatted: integral values below

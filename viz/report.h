@@ -1,4 +1,4 @@
-/* report: one writer per section of the report JSON (FORMATS.md's stable names), used by every
+/* report: one writer per section of the report JSON (viz/REPORT.md's stable names), used by every
  * command that emits the section, so `simulate --json`, `run --json`, `compare --json` and
  * diagnose's report.json carry the same fields for the same thing:
  *
@@ -75,7 +75,7 @@ cJSON *ps_calib_json(const struct ps_calib *cal, const struct ps_compare *before
 cJSON *ps_costs_json(const struct ps_costs *c);
 int ps_costs_write(const struct ps_costs *c, const char *path, struct ps_diag *diag);
 
-/* The "drift" section of the report JSON (FORMATS.md "batchnorm"/"drift"). NULL when out of
+/* The "drift" section of the report JSON (viz/REPORT.md, "drift"). NULL when out of
  * memory. */
 cJSON *ps_drift_json(const struct ps_drift *dr);
 /* Line plots: metric against chunks, one line per policy (and checkpoint mode when several);

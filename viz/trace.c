@@ -1,7 +1,7 @@
 /* trace (viz): timelines as Chrome Trace Event Format, for Perfetto and chrome://tracing.
  *
  * The input is a struct ps_trace (src/trace.h), the same records whether the simulator or an
- * executor produced them, plus the graph for names. The output (FORMATS.md, "timelines"):
+ * executor produced them, plus the graph for names. The output (viz/REPORT.md, "Chrome traces"):
  *
  *   {"traceEvents": [
  *     M process_name / process_sort_index   pid = device, named "cuda:0"

@@ -1,4 +1,4 @@
-/* viz: the writers of everything pipescope shows (FORMATS.md), and nothing else.
+/* viz: the writers of everything pipescope shows (viz/REPORT.md), and nothing else.
  *
  * Viz reads a graph, an analysis, an order or a trace and writes a file; it never derives the
  * schedule, checks anything or measures anything. Every writer comes in two forms: one that
@@ -81,7 +81,7 @@ int ps_out_write(const char *path, int (*write)(FILE *f, void *ctx, struct ps_di
                  void *ctx, struct ps_diag *diag);
 
 /* Name of distinct device `device` of the graph's spec ("cuda:0", "cpu"); without a spec (or
- * out of range) "cuda:N" (the FORMATS.md default: partition j on cuda:j). Returns buf. */
+ * out of range) "cuda:N" (src/SPEC.md's default: partition j on cuda:j). Returns buf. */
 const char *ps_viz_device_name(const struct ps_graph *g, int device, char *buf, int len);
 
 /* Colour of value v on a scale [lo, hi] as "#rrggbb" (buf holds 8 bytes): white -> red when

@@ -3,7 +3,7 @@
  * Plain C declarations: no CUDA header is needed to use them. The implementation lives in
  * the .cu files of kernels/cuda (nvcc) and kernels/cuda/cupti.c; when the build has no CUDA (meson feature
  * `cuda` off or nvcc missing) kernels/cuda/stub.c defines every function here to return -ENOTSUP
- * (or do nothing), so callers never need an #ifdef (STYLE.md rule 6).
+ * (or do nothing), so callers never need an #ifdef (src/HACKING.md, convention 6).
  *
  * Conventions (the same as kernels/cpu/kernels.h, which these kernels match numerically):
  *  - float32, row-major, NCHW; "[N,C,S]" has S = H*W spatial elements per channel.

@@ -2,8 +2,8 @@
  *
  * Every entry point of kernels/cuda/cuda.h exists and returns -ENOTSUP (ps_cuda_probe and
  * ps_cupti_start also say why in the diag), so callers compile and link the same way in both
- * configurations and contain no #ifdef (STYLE.md rule 6). Generated from cuda.h's prototypes;
- * keep the two in step (the build fails on a missing or mismatched one).
+ * configurations and contain no #ifdef (src/HACKING.md, convention 6). Generated from
+ * cuda.h's prototypes; keep the two in step (the build fails on a missing or mismatched one).
  */
 #include "kernels/cuda/cuda.h"
 

@@ -1,6 +1,6 @@
 /* cli: the pipescope command line. One file per subcommand (cmd_*.c), one table in main.c.
  *
- * Exit codes (ARCHITECTURE.md): 0 ok, 1 violations found or a comparison exceeded tolerance,
+ * Exit codes (src/HACKING.md): 0 ok, 1 violations found or a comparison exceeded tolerance,
  * 2 bad input or usage, 3 a backend is unavailable. Human-readable text goes to stdout,
  * warnings, progress and the one-line error to stderr. Only this folder may exit or print.
  */
@@ -20,7 +20,7 @@
 
 enum { PS_EXIT_OK = 0, PS_EXIT_FOUND = 1, PS_EXIT_INPUT = 2, PS_EXIT_BACKEND = 3 };
 
-/* Options every command shares (ARCHITECTURE.md). */
+/* Options every command shares (src/HACKING.md). */
 struct ps_cli {
     const char *cmd;
     const char *spec_path;

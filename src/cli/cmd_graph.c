@@ -1,6 +1,6 @@
 /* pipescope graph: the task graph as DOT or SVG, its counts, or the engine's execution order.
  *
- * --order prints FORMATS.md's execution order: one task per line, F(i,j) forward, R(i,j)
+ * --order prints the execution order of viz/REPORT.md: one task per line, F(i,j) forward, R(i,j)
  * recompute, B(i,j) backward; with several devices, each device's order under "# device X".
  */
 #include <stdlib.h>

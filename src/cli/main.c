@@ -12,7 +12,8 @@
 #include "viz/viz.h"
 
 /* LeakSanitizer reads this in sanitized builds: Graphviz's layout engine (libgvc) leaks
- * internally on every layout (TOOLCHAIN.md). Only gvc: leaks through cgraph alone are ours. */
+ * internally on every layout (src/HACKING.md, toolchain facts). Only gvc: leaks through
+ * cgraph alone are ours. */
 const char *__lsan_default_suppressions(void);
 const char *__lsan_default_suppressions(void)
 {

@@ -62,7 +62,7 @@ Recording protocol (what the golden means)
   the orders differ, ``<case>.iter1.order`` holds iteration 1. ``index.json`` lists every case, its
   counters and whether iteration 1 differs.
 
-Outputs (into --out): ``<case>.json`` (pipescope spec, FORMATS.md), ``<case>.order``,
+Outputs (into --out): ``<case>.json`` (pipescope spec, src/SPEC.md), ``<case>.order``,
 ``<case>.iter1.order`` where needed, ``index.json``, and ``nodes_m2_n2_except_last.txt`` /
 ``nodes_m2_n2_always.txt`` (every autograd node reachable from the loss with creation thread, class,
 sequence number, next_functions, execution order as seen by the engine, the reentrant recompute graphs,
