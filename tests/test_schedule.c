@@ -405,6 +405,44 @@ static void test_backward_promise(void **state)
     fx_free(&f);
 }
 
+/* the configurations PyTorch's constructors raise ValueError for, worked out from their rules:
+   Schedule1F1B needs m >= stages; the round-based schedules need max(1, m / ranks) to divide m */
+static void test_pytorch_refusals(void **state)
+{
+    (void)state;
+    char b[320];
+    assert_int_equal(ps_schedule_pytorch_note(PS_SCHED_1F1B, 4, 3, 1, b, sizeof(b)), 1);
+    assert_string_equal(b, "PyTorch's Schedule1F1B refuses 3 micro-batches on 4 stages (ValueError "
+                           "\"1F1B requires at least one microbatch per stage\"): this program "
+                           "runs in pipescope only");
+    assert_int_equal(ps_schedule_pytorch_note(PS_SCHED_1F1B, 4, 4, 1, b, sizeof(b)), 0);
+    assert_string_equal(b, "");
+    assert_int_equal(ps_schedule_pytorch_note(PS_SCHED_ZBH1, 4, 9, 1, b, sizeof(b)), 1);
+    assert_string_equal(b, "PyTorch's ScheduleInterleavedZeroBubble refuses 9 micro-batches on 4 "
+                           "ranks: they run in rounds of max(1, m / 4) = 2, which must divide m "
+                           "(ValueError); this program runs in pipescope only");
+    assert_int_equal(ps_schedule_pytorch_note(PS_SCHED_ZBH1, 4, 10, 1, b, sizeof(b)), 0);
+    assert_int_equal(ps_schedule_pytorch_note(PS_SCHED_ZBH1, 4, 7, 1, b, sizeof(b)), 0);
+    assert_int_equal(ps_schedule_pytorch_note(PS_SCHED_INTERLEAVED, 3, 7, 1, b, sizeof(b)), 1);
+    assert_non_null(strstr(b, "ScheduleInterleaved1F1B refuses 7 micro-batches on 3 ranks"));
+    assert_int_equal(ps_schedule_pytorch_note(PS_SCHED_INTERLEAVED_ZB, 3, 11, 1, b, sizeof(b)), 1);
+    assert_int_equal(ps_schedule_pytorch_note(PS_SCHED_INTERLEAVED_ZB, 3, 9, 1, b, sizeof(b)), 0);
+    /* schedules PyTorch has no such rule for, and GPipe */
+    assert_int_equal(ps_schedule_pytorch_note(PS_SCHED_LOOPED_BFS, 4, 9, 2, b, sizeof(b)), 0);
+    assert_int_equal(ps_schedule_pytorch_note(PS_SCHED_PYTORCH_GPIPE, 4, 2, 1, b, sizeof(b)), 0);
+    /* over p 2..8, m 1..4p at one stage per rank: 28 refusals of 1F1B (m < p) and, for each of the
+       three round-based schedules, the m in 2p+1..4p that max(1, m / p) does not divide */
+    int n1 = 0, nr = 0, want = 0;
+    for (int p = 2; p <= 8; p++)
+        for (int m = 1; m <= 4 * p; m++) {
+            n1 += ps_schedule_pytorch_note(PS_SCHED_1F1B, p, m, 1, b, sizeof(b));
+            nr += ps_schedule_pytorch_note(PS_SCHED_INTERLEAVED, p, m, 1, b, sizeof(b));
+            want += m > 2 * p - 1 && m % (m / p) != 0;
+        }
+    assert_int_equal(n1, 28);
+    assert_int_equal(nr, want);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -417,6 +455,7 @@ int main(void)
         cmocka_unit_test(test_pytorch_artifacts),
         cmocka_unit_test(test_csv_errors),
         cmocka_unit_test(test_backward_promise),
+        cmocka_unit_test(test_pytorch_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

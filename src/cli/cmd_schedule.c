@@ -88,6 +88,10 @@ int ps_cmd_schedule(struct ps_cli *cli)
         goto out;
     }
     const char *name = actions ? actions : ps_schedule_ops(var.schedule)->name;
+    char note[320];
+    if (!actions && ps_schedule_pytorch_note(var.schedule, spec->n_partitions, var.mb_count,
+                                             var.virtual_stages, note, sizeof(note)))
+        ps_cli_warn(cli, "%s", note);
     rc = actions ? ps_plan_load(actions, spec, &plan, &d) : ps_schedule_plan(spec, &var, &plan, &d);
     if (rc) {
         if (!actions && !ps_schedule_ops(var.schedule)->plan)
