@@ -6,11 +6,6 @@
  * where Megatron runs every forward first and PyTorch keeps 1F1B (p = 2, m = 2, rank 1:
  * 1F0 1B0 1F1 1B1); pipescope follows PyTorch there. The graph is plan.c's.
  */
-#include <errno.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-
 #include "src/sched/gen.h"
 
 static int plan(const struct ps_spec *spec, const struct ps_variant *v, struct ps_plan *out,
