@@ -405,12 +405,16 @@ int ps_analysis_run(const struct ps_graph *g, const struct ps_order *order, cons
     }
     int m = g->m, n = g->n;
     /* a backward the autograd engine orders (GPipe's) runs each partition's micro-batches in
-       reverse (the phony edges make it so); the plan schedules (1F1B, interleaved, ZB-H1) run them
-       in micro-batch order */
+       reverse (the phony edges make it so); a plan promises the order it lists, one direction per
+       stage: ascending (1F1B, interleaved, ZB-H1, PyTorch's GPipe) or descending (LoopedBFS), read
+       from the stage's first two backwards, and every later pair must keep it */
     const struct ps_schedule_ops *ops = ps_schedule_ops(g->var.schedule);
-    bool reverse = ops && ops->engine_order;
+    bool engine = ops && ops->engine_order;
     if (g->fwd && g->bwd) {
         for (int j = 0; j < n; j++) {
+            bool reverse = engine;
+            if (!engine && m > 1 && g->bwd[j] != PS_NONE && g->bwd[n + j] != PS_NONE)
+                reverse = ps_hb(h, g->bwd[n + j], g->bwd[j]);
             for (int i = 0; i < m; i++) {
                 size_t t = (size_t)i * n + j;
                 uint32_t F = g->fwd[t], B = g->bwd[t];

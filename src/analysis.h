@@ -5,8 +5,8 @@
  * checked as hb queries, so an invariant that holds in the engine's one order but is not
  * enforced by the graph is reported (that is what the no-phony what-if shows):
  *   I1 forward-order   F(i,j) hb F(i+1,j)
- *   I2 backward-order  B(i+1,j) hb B(i,j) (GPipe; explicit schedules such as 1F1B run backward
- *                      in micro-batch order: B(i,j) hb B(i+1,j))
+ *   I2 backward-order  B(i+1,j) hb B(i,j) (GPipe); a plan keeps the direction of each stage's
+ *                      first two backwards (1F1B ascends: B(i,j) hb B(i+1,j); LoopedBFS descends)
  *   I3 recompute       R(i,j) hb B(i,j), and B(i+1,j) hb R(i,j) (1F1B-style: B(i-1,j) hb R(i,j)):
  *                      R(i,j) runs right before B(i,j) among partition j's backward work
  *   I4 copy-after-producer  F(i,j-1) hb C(i,j-1->j); B(i,j) hb C(i,j->j-1)

@@ -82,6 +82,10 @@ int ps_plan_csv_parse(const char *text, const char *name, const struct ps_spec *
                       struct ps_plan *out, struct ps_diag *diag);
 /* The plan as that CSV (malloc'ed, NULL on out of memory). */
 char *ps_plan_csv(const struct ps_plan *p);
+/* The plan as PyTorch's timestep grid (_dump_csv of a pipeline_order with None entries): cell t
+ * of row r is what rank r runs in step t, empty when idle, every input produced in an earlier
+ * step. 0, -ENOMEM, or -EDEADLK when the plan cannot finish. *out is malloc'ed. */
+int ps_plan_csv_grid(const struct ps_plan *p, char **out);
 
 /* Builds the graph of a plan (see above) for variant v (checkpointing, optimizer). */
 int ps_plan_build(const struct ps_spec *spec, const struct ps_model *model,

@@ -16,11 +16,19 @@
  * W -> W. A cell is one (stage, micro-batch). The writer inverts this exactly: a B is written I
  * when its cell has a W, B otherwise, and overlap pairs as (a;b)OVERLAP_F_B, so a built-in
  * schedule written here loads unchanged in PyTorch and reads back into the same plan.
+ *
+ * ps_plan_csv writes each rank's actions back to back: the order _PipelineScheduleRuntime runs
+ * (each rank in list order, waiting for its data). PipelineScheduleMulti's step-by-step executor
+ * instead runs column t of every row in step t and exchanges tensors at the end of the step, so
+ * its CSV is a timestep grid with idle (empty) cells: ps_plan_csv_grid places each rank's next
+ * action in the first step after everything it reads was produced (F(i,s) after F(i,s-1); B or
+ * I after F(i,s) and B(i,s+1); W after its I), as PyTorch's generators pad with None.
  */
 #include "src/plan.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,16 +212,47 @@ out:
     return rc;
 }
 
-char *ps_plan_csv(const struct ps_plan *p)
+static char kind_char(const struct ps_action *a, const uint8_t *has_w, int S)
 {
-    size_t cells = (size_t)p->n_stages * (size_t)p->m, n = 0, cap = 64;
+    return a->kind == PS_ACT_F   ? 'F'
+           : a->kind == PS_ACT_W ? 'W'
+           : has_w[(size_t)a->mb * S + a->stage] ? 'I'
+                                                 : 'B';
+}
+
+/* cells with a W (their B is PyTorch's I); NULL on out of memory */
+static uint8_t *cells_with_w(const struct ps_plan *p)
+{
+    size_t cells = (size_t)p->n_stages * (size_t)p->m;
     uint8_t *has_w = calloc(cells ? cells : 1, 1);
-    for (int l = 0; l < p->n_lanes; l++) {
-        cap += (size_t)p->len[l] * 48 + 2;
-        for (uint32_t k = 0; k < p->len[l] && has_w; k++)
+    for (int l = 0; l < p->n_lanes && has_w; l++)
+        for (uint32_t k = 0; k < p->len[l]; k++)
             if (p->act[l][k].kind == PS_ACT_W)
                 has_w[(size_t)p->act[l][k].mb * p->n_stages + p->act[l][k].stage] = 1;
-    }
+    return has_w;
+}
+
+/* the cell of lane l's action k (and its overlap partner) at buf + n; returns the actions used */
+static uint32_t put_cell(const struct ps_plan *p, int l, uint32_t k, const uint8_t *has_w,
+                         char *buf, size_t cap, size_t *n)
+{
+    const struct ps_action *a = &p->act[l][k];
+    bool pair = a->overlap && k + 1 < p->len[l];
+    if (pair) buf[(*n)++] = '(';
+    *n += (size_t)snprintf(buf + *n, cap - *n, "%d%c%d", a->stage, kind_char(a, has_w, p->n_stages),
+                           a->mb);
+    if (!pair) return 1;
+    const struct ps_action *b = &p->act[l][k + 1];
+    *n += (size_t)snprintf(buf + *n, cap - *n, ";%d%c%d)OVERLAP_F_B", b->stage,
+                           kind_char(b, has_w, p->n_stages), b->mb);
+    return 2;
+}
+
+char *ps_plan_csv(const struct ps_plan *p)
+{
+    size_t n = 0, cap = 64;
+    for (int l = 0; l < p->n_lanes; l++) cap += (size_t)p->len[l] * 48 + 2;
+    uint8_t *has_w = cells_with_w(p);
     char *buf = malloc(cap);
     if (!buf || !has_w) {
         free(buf);
@@ -221,28 +260,100 @@ char *ps_plan_csv(const struct ps_plan *p)
         return NULL;
     }
     for (int l = 0; l < p->n_lanes; l++) {
-        for (uint32_t k = 0; k < p->len[l]; k++) {
-            const struct ps_action *a = &p->act[l][k];
-            char kind = a->kind == PS_ACT_F   ? 'F'
-                        : a->kind == PS_ACT_W ? 'W'
-                        : has_w[(size_t)a->mb * p->n_stages + a->stage] ? 'I'
-                                                                        : 'B';
+        for (uint32_t k = 0; k < p->len[l];) {
             if (k) buf[n++] = ',';
-            bool pair = a->overlap && k + 1 < p->len[l];
-            if (pair) buf[n++] = '(';
-            n += (size_t)snprintf(buf + n, cap - n, "%d%c%d", a->stage, kind, a->mb);
-            if (pair) {
-                const struct ps_action *b = &p->act[l][++k];
-                char kb = b->kind == PS_ACT_F   ? 'F'
-                          : b->kind == PS_ACT_W ? 'W'
-                          : has_w[(size_t)b->mb * p->n_stages + b->stage] ? 'I'
-                                                                          : 'B';
-                n += (size_t)snprintf(buf + n, cap - n, ";%d%c%d)OVERLAP_F_B", b->stage, kb, b->mb);
-            }
+            k += put_cell(p, l, k, has_w, buf, cap, &n);
         }
         buf[n++] = '\n';
     }
     buf[n] = 0;
     free(has_w);
     return buf;
+}
+
+/* ---- the timestep grid ------------------------------------------------------------------------ */
+
+/* step at which each cell's F and B (or I) ran, INT32_MAX before */
+struct grid_state {
+    int32_t *f, *b;
+    int S;
+};
+
+static bool ready(const struct grid_state *g, const struct ps_action *a, int t)
+{
+    size_t c = (size_t)a->mb * g->S + a->stage;
+    if (a->kind == PS_ACT_F) return a->stage == 0 || g->f[c - 1] < t;
+    if (a->kind == PS_ACT_W) return g->b[c] < t;
+    return g->f[c] < t && (a->stage == g->S - 1 || g->b[c + 1] < t);
+}
+
+/* step[l][k] for every action: each step every lane runs its next cell when everything it reads
+   was produced in an earlier step, and idles otherwise */
+static int grid_steps(const struct ps_plan *p, uint32_t **step, int *n_steps)
+{
+    size_t cells = (size_t)p->n_stages * (size_t)p->m;
+    struct grid_state g = {malloc((cells + 1) * sizeof(int32_t)),
+                           malloc((cells + 1) * sizeof(int32_t)), p->n_stages};
+    uint32_t *pos = calloc((size_t)p->n_lanes + 1, sizeof(uint32_t)),
+             *took = calloc((size_t)p->n_lanes + 1, sizeof(uint32_t));
+    int rc = g.f && g.b && pos && took ? 0 : -ENOMEM;
+    for (size_t c = 0; !rc && c < cells; c++) g.f[c] = g.b[c] = INT32_MAX;
+    uint64_t left = 0;
+    for (int l = 0; l < p->n_lanes; l++) left += p->len[l];
+    int t = 0;
+    for (; !rc && left; t++) {
+        bool moved = false;
+        for (int l = 0; l < p->n_lanes; l++) {
+            took[l] = 0;
+            if (pos[l] >= p->len[l]) continue;
+            const struct ps_action *a = &p->act[l][pos[l]];
+            uint32_t w = a->overlap && pos[l] + 1 < p->len[l] ? 2 : 1;
+            bool ok = true;
+            for (uint32_t k = 0; k < w; k++) ok = ok && ready(&g, a + k, t);
+            if (ok) took[l] = w, moved = true;
+        }
+        if (!moved) rc = -EDEADLK;
+        for (int l = 0; l < p->n_lanes && !rc; l++)
+            for (uint32_t k = 0; k < took[l]; k++, pos[l]++, left--) {
+                const struct ps_action *a = &p->act[l][pos[l]];
+                size_t c = (size_t)a->mb * g.S + a->stage;
+                if (a->kind == PS_ACT_F) g.f[c] = t;
+                else if (a->kind == PS_ACT_B) g.b[c] = t;
+                step[l][pos[l]] = (uint32_t)t;
+            }
+    }
+    *n_steps = t;
+    free(g.f), free(g.b), free(pos), free(took);
+    return rc;
+}
+
+int ps_plan_csv_grid(const struct ps_plan *p, char **out)
+{
+    *out = NULL;
+    uint32_t **step = calloc((size_t)p->n_lanes + 1, sizeof(*step));
+    int rc = step ? 0 : -ENOMEM, T = 0;
+    for (int l = 0; l < p->n_lanes && !rc; l++)
+        if (!(step[l] = malloc(((size_t)p->len[l] + 1) * sizeof(uint32_t)))) rc = -ENOMEM;
+    if (!rc) rc = grid_steps(p, step, &T);
+    size_t n = 0, cap = 64 + (size_t)p->n_lanes * ((size_t)T + 2);
+    for (int l = 0; l < p->n_lanes; l++) cap += (size_t)p->len[l] * 48;
+    uint8_t *has_w = rc ? NULL : cells_with_w(p);
+    char *buf = rc ? NULL : malloc(cap);
+    if (!rc && (!has_w || !buf)) rc = -ENOMEM;
+    for (int l = 0; l < p->n_lanes && !rc; l++) {
+        uint32_t t = 0;
+        for (uint32_t k = 0; k < p->len[l];) {
+            for (; t < step[l][k]; t++)
+                if (t) buf[n++] = ',';
+            if (t++) buf[n++] = ',';
+            k += put_cell(p, l, k, has_w, buf, cap, &n);
+        }
+        buf[n++] = '\n';
+    }
+    if (!rc) buf[n] = 0, *out = buf;
+    else free(buf);
+    for (int l = 0; step && l < p->n_lanes; l++) free(step[l]);
+    free(step);
+    free(has_w);
+    return rc;
 }

@@ -101,3 +101,26 @@ int ps_schedule_order(const struct ps_graph *g, struct ps_order *o, struct ps_di
        (hand-written plans included, whatever the spec's schedule) and runs in its plan's order */
     return g->root != PS_NONE ? ps_engine_order(g, o, diag) : ps_plan_order(g, o, diag);
 }
+
+int ps_schedule_pytorch_note(enum ps_schedule kind, int S, int m, int vs, char *buf, size_t len)
+{
+    buf[0] = 0;
+    if (kind == PS_SCHED_1F1B && m < S)
+        return snprintf(buf, len,
+                        "PyTorch's Schedule1F1B refuses %d micro-batches on %d stages (ValueError "
+                        "\"1F1B requires at least one microbatch per stage\"): this program runs "
+                        "in pipescope only",
+                        m, S) > 0;
+    bool rounds = kind == PS_SCHED_INTERLEAVED || kind == PS_SCHED_INTERLEAVED_ZB ||
+                  kind == PS_SCHED_ZBH1;
+    if (!rounds || vs < 1 || S % vs != 0 || m < 1) return 0;
+    int D = S / vs, r = m / D > 1 ? m / D : 1;
+    if (m % r == 0) return 0;
+    const char *cls = kind == PS_SCHED_INTERLEAVED ? "ScheduleInterleaved1F1B"
+                                                   : "ScheduleInterleavedZeroBubble";
+    return snprintf(buf, len,
+                    "PyTorch's %s refuses %d micro-batches on %d ranks: they run in rounds of "
+                    "max(1, m / %d) = %d, which must divide m (ValueError); this program runs in "
+                    "pipescope only",
+                    cls, m, D, D, r) > 0;
+}

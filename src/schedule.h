@@ -26,6 +26,7 @@
 #define PS_SCHEDULE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "src/diag.h"
 #include "src/graph.h"
@@ -63,5 +64,9 @@ int ps_schedule_order(const struct ps_graph *g, struct ps_order *o, struct ps_di
 /* The generated action lists of v's schedule; -EINVAL for a schedule without a plan (GPipe). */
 int ps_schedule_plan(const struct ps_spec *spec, const struct ps_variant *v, struct ps_plan *out,
                      struct ps_diag *diag);
+/* 1 with a one-line note in buf when PyTorch's constructor for this schedule raises for S
+ * stages, m micro-batches and vs stages per rank although pipescope runs it (Schedule1F1B with
+ * m < S; the round-based schedules with m not a multiple of max(1, m / ranks)); 0 otherwise. */
+int ps_schedule_pytorch_note(enum ps_schedule kind, int S, int m, int vs, char *buf, size_t len);
 
 #endif

@@ -55,7 +55,7 @@ import json, subprocess, sys
 d = json.load(open(sys.argv[1]))
 help_text = subprocess.run([sys.argv[2], "help", "sweep"], capture_output=True, text=True).stdout
 names = [r["schedule"] for r in d["schedules"]]
-assert len(names) == 9 and len(set(names)) == 9, names
+assert len(names) == 10 and len(set(names)) == 10, names
 for n in names:
     assert n in help_text, n  # every schedule the sweep help lists
 for r in d["schedules"]:

@@ -2,10 +2,10 @@
  * graphs they build (validated by analysis.c's checks), the execution order, hand-written plans
  * and deadlock reports, and the optimizer step.
  *
- * Note on analysis.c's backward-order check (I2, B(i+1,j) hb B(i,j)): it states GPipe's
- * descending backward order. 1F1B-style schedules run backward in ascending micro-batch order
- * (B(i,j) hb B(i+1,j)), so I2 and the second half of I3 fail by design on them; the tests assert
- * the ascending order instead and every other check as is.
+ * Note on analysis.c's backward-order check (I2): on GPipe it states the engine's descending
+ * order; on a plan it holds each stage to the direction its first two backwards take (1F1B-style
+ * schedules ascend, LoopedBFS descends); test_backward_promise checks both and a stage that
+ * breaks its own direction.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -353,6 +353,96 @@ static void test_csv_errors(void **state)
     fx_free(&f);
 }
 
+/* I2 judges what the schedule promises: LoopedBFS's descending backwards and PyTorch's GPipe's
+   ascending ones pass every check (on main LoopedBFS failed backward-order on every pair); a
+   hand-written stage that starts descending (B1 B0) and then ascends (B2) fails once */
+static void promise_ok(const char *sched, int m, int S, int v)
+{
+    struct fx f;
+    struct ps_diag d;
+    assert_int_equal(fx_load(&f, sched, m, S, v, "never", "plain", &d), 0);
+    struct ps_analysis a;
+    assert_int_equal(ps_analysis_run(f.g, &f.o, NULL, &a, &d), 0);
+    assert_int_equal(a.checked[PS_CHECK_BACKWARD_ORDER], (m - 1) * S);
+    for (int c = 0; c < PS_CHECK__COUNT; c++) assert_int_equal(a.per_check[c], 0);
+    assert_true(a.ok);
+    ps_analysis_finish(&a);
+    fx_free(&f);
+}
+
+static void test_backward_promise(void **state)
+{
+    (void)state;
+    promise_ok("looped-bfs", 4, 4, 2);
+    promise_ok("looped-bfs", 6, 6, 3);
+    promise_ok("pytorch-gpipe", 5, 3, 1);
+    struct fx f;
+    struct ps_diag d;
+    assert_int_equal(fx_load(&f, "1f1b", 3, 2, 1, "never", "plain", &d), 0);
+    struct ps_plan p;
+    assert_int_equal(ps_plan_csv_parse("0F0,0F1,0F2,0B1,0B0,0B2\n1F0,1B0,1F1,1B1,1F2,1B2\n",
+                                       "s.csv", f.spec, &p, &d),
+                     0);
+    struct ps_variant o;
+    ps_variant_from_spec(f.spec, &o);
+    struct ps_graph *g = NULL;
+    assert_int_equal(ps_plan_build(f.spec, f.model, &o, &p, &g, &d), 0);
+    struct ps_order ord;
+    assert_int_equal(ps_schedule_order(g, &ord, &d), 0);
+    struct ps_analysis a;
+    assert_int_equal(ps_analysis_run(g, &ord, NULL, &a, &d), 0);
+    assert_int_equal(a.checked[PS_CHECK_BACKWARD_ORDER], 4);
+    assert_int_equal(a.per_check[PS_CHECK_BACKWARD_ORDER], 1);
+    for (uint32_t k = 0; k < a.n_kept; k++)
+        if (a.v[k].check == PS_CHECK_BACKWARD_ORDER) {
+            assert_int_equal(g->nodes[a.v[k].a].part, 0);
+            assert_int_equal(g->nodes[a.v[k].a].mb, 2);
+        }
+    ps_analysis_finish(&a);
+    ps_order_finish(&ord);
+    ps_graph_destroy(g);
+    ps_plan_finish(&p);
+    fx_free(&f);
+}
+
+/* the configurations PyTorch's constructors raise ValueError for, worked out from their rules:
+   Schedule1F1B needs m >= stages; the round-based schedules need max(1, m / ranks) to divide m */
+static void test_pytorch_refusals(void **state)
+{
+    (void)state;
+    char b[320];
+    assert_int_equal(ps_schedule_pytorch_note(PS_SCHED_1F1B, 4, 3, 1, b, sizeof(b)), 1);
+    assert_string_equal(b, "PyTorch's Schedule1F1B refuses 3 micro-batches on 4 stages (ValueError "
+                           "\"1F1B requires at least one microbatch per stage\"): this program "
+                           "runs in pipescope only");
+    assert_int_equal(ps_schedule_pytorch_note(PS_SCHED_1F1B, 4, 4, 1, b, sizeof(b)), 0);
+    assert_string_equal(b, "");
+    assert_int_equal(ps_schedule_pytorch_note(PS_SCHED_ZBH1, 4, 9, 1, b, sizeof(b)), 1);
+    assert_string_equal(b, "PyTorch's ScheduleInterleavedZeroBubble refuses 9 micro-batches on 4 "
+                           "ranks: they run in rounds of max(1, m / 4) = 2, which must divide m "
+                           "(ValueError); this program runs in pipescope only");
+    assert_int_equal(ps_schedule_pytorch_note(PS_SCHED_ZBH1, 4, 10, 1, b, sizeof(b)), 0);
+    assert_int_equal(ps_schedule_pytorch_note(PS_SCHED_ZBH1, 4, 7, 1, b, sizeof(b)), 0);
+    assert_int_equal(ps_schedule_pytorch_note(PS_SCHED_INTERLEAVED, 3, 7, 1, b, sizeof(b)), 1);
+    assert_non_null(strstr(b, "ScheduleInterleaved1F1B refuses 7 micro-batches on 3 ranks"));
+    assert_int_equal(ps_schedule_pytorch_note(PS_SCHED_INTERLEAVED_ZB, 3, 11, 1, b, sizeof(b)), 1);
+    assert_int_equal(ps_schedule_pytorch_note(PS_SCHED_INTERLEAVED_ZB, 3, 9, 1, b, sizeof(b)), 0);
+    /* schedules PyTorch has no such rule for, and GPipe */
+    assert_int_equal(ps_schedule_pytorch_note(PS_SCHED_LOOPED_BFS, 4, 9, 2, b, sizeof(b)), 0);
+    assert_int_equal(ps_schedule_pytorch_note(PS_SCHED_PYTORCH_GPIPE, 4, 2, 1, b, sizeof(b)), 0);
+    /* over p 2..8, m 1..4p at one stage per rank: 28 refusals of 1F1B (m < p) and, for each of the
+       three round-based schedules, the m in 2p+1..4p that max(1, m / p) does not divide */
+    int n1 = 0, nr = 0, want = 0;
+    for (int p = 2; p <= 8; p++)
+        for (int m = 1; m <= 4 * p; m++) {
+            n1 += ps_schedule_pytorch_note(PS_SCHED_1F1B, p, m, 1, b, sizeof(b));
+            nr += ps_schedule_pytorch_note(PS_SCHED_INTERLEAVED, p, m, 1, b, sizeof(b));
+            want += m > 2 * p - 1 && m % (m / p) != 0;
+        }
+    assert_int_equal(n1, 28);
+    assert_int_equal(nr, want);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -364,6 +454,8 @@ int main(void)
         cmocka_unit_test(test_pytorch_orders),
         cmocka_unit_test(test_pytorch_artifacts),
         cmocka_unit_test(test_csv_errors),
+        cmocka_unit_test(test_backward_promise),
+        cmocka_unit_test(test_pytorch_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

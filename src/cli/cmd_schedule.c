@@ -8,7 +8,10 @@
  * its B, or to its W when split). The plan is validated as check does: every (stage, micro-batch)
  * has one F and one B or I+W, and its graph runs to the end; a plan that deadlocks is reported
  * with the cycle of waits that forms it, exit 1. --csv writes the CSV that
- * PipelineScheduleMulti._load_csv reads, so the schedule runs unchanged in PyTorch.
+ * PipelineScheduleMulti._load_csv reads as a timestep grid with idle (empty) cells, as _dump_csv
+ * writes it, so both PyTorch executors run it unchanged: PipelineScheduleMulti step by step and
+ * _PipelineScheduleRuntime rank by rank (it skips the idle cells). A plan that deadlocks is
+ * written back to back, as read (it has no grid).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -71,7 +74,7 @@ int ps_cmd_schedule(struct ps_cli *cli)
     struct ps_plan plan;
     memset(&o, 0, sizeof(o));
     memset(&plan, 0, sizeof(plan));
-    char *text = NULL, *stuck = NULL;
+    char *text = NULL, *stuck = NULL, *grid = NULL;
     uint8_t *has_w = NULL;
     int code = PS_EXIT_OK, rc;
     if (ps_spec_load(cli->spec_path, &spec, &d) || ps_model_build(spec, &model, &d)) {
@@ -88,6 +91,10 @@ int ps_cmd_schedule(struct ps_cli *cli)
         goto out;
     }
     const char *name = actions ? actions : ps_schedule_ops(var.schedule)->name;
+    char note[320];
+    if (!actions && ps_schedule_pytorch_note(var.schedule, spec->n_partitions, var.mb_count,
+                                             var.virtual_stages, note, sizeof(note)))
+        ps_cli_warn(cli, "%s", note);
     rc = actions ? ps_plan_load(actions, spec, &plan, &d) : ps_schedule_plan(spec, &var, &plan, &d);
     if (rc) {
         if (!actions && !ps_schedule_ops(var.schedule)->plan)
@@ -146,8 +153,15 @@ int ps_cmd_schedule(struct ps_cli *cli)
         else printf("valid: every (stage, micro-batch) has F and B or I+W, and all %u graph nodes run\n",
                     g->n_nodes);
     }
-    if (csv && ps_out_write(csv, write_csv, text, &d)) code = ps_cli_fail(&d, PS_EXIT_INPUT);
+    if (csv && !stuck && (rc = ps_plan_csv_grid(&plan, &grid))) {
+        ps_diag_set(&d, rc, csv, rc == -ENOMEM ? "out of memory" : "the plan cannot finish");
+        code = ps_cli_fail(&d, PS_EXIT_INPUT);
+        goto out;
+    }
+    if (csv && ps_out_write(csv, write_csv, grid ? grid : text, &d))
+        code = ps_cli_fail(&d, PS_EXIT_INPUT);
 out:
+    free(grid);
     free(text);
     free(stuck);
     free(has_w);

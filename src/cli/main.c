@@ -178,7 +178,7 @@ static const char help_sweep[] =
     "  --chunks LIST      micro-batch counts (default: 1,2,4,8,16,32,64)\n"
     "  --checkpoint LIST  always,except_last,never (default: the spec's pipeline.checkpoint)\n"
     "  --schedule LIST    names from gpipe,1f1b,interleaved-1f1b,zb-h1,zb-h2,zb-v,looped-bfs,\n"
-    "                     interleaved-zb,dualpipe-v, or all; the dev column says how many\n"
+    "                     interleaved-zb,dualpipe-v,pytorch-gpipe, or all; the dev column says how many\n"
     "                     devices each runs on (default: the spec's schedule)\n"
     "  --costs FILE       per-layer costs, sim/COSTS.md (default: the spec's costs, else its\n"
     "                     hardware roofline)\n"

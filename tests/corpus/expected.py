@@ -350,7 +350,7 @@ SPEC = {
     "n_unknown_optimizer": unknown("train.optimizer", "optimizer", ["sgd"]),
     "n_unknown_schedule": unknown("pipeline.schedule", "schedule",
                                   ["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-v",
-                                   "looped-bfs", "interleaved-zb", "dualpipe-v"]),
+                                   "looped-bfs", "interleaved-zb", "dualpipe-v", "pytorch-gpipe"]),
     "n_unknown_source": unknown("data.source", "data source", ["synthetic", "npy", "csv"]),
     "n_unknown_variant": unknown("pipeline.variant", "variant", ["torchgpipe", "fairscale"]),
     "n_device_unknown": bad_device(1),

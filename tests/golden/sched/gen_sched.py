@@ -2,7 +2,8 @@
 """Reference per-rank action lists of PyTorch's pipelining schedules, written from reading
 torch/distributed/pipelining/schedules.py (PyTorch main, 2025): ScheduleLoopedBFS,
 ScheduleInterleaved1F1B and ScheduleInterleavedZeroBubble (_get_warmup_ops, _get_1f1b_rank_ops),
-ScheduleZBVZeroBubble and ScheduleDualPipeV (_calculate_single_rank_operations). Idle steps (None)
+ScheduleZBVZeroBubble and ScheduleDualPipeV (_calculate_single_rank_operations), Schedule1F1B and
+ScheduleGPipe (their _step_microbatches loops, one stage per rank). Idle steps (None)
 are dropped: pipescope derives waits from dependencies. Actions use _Action's grammar:
 <stage><F|I|W|B><micro-batch>; DualPipeV's overlapped pairs are written "(a;b)OVERLAP_F_B".
 
@@ -12,9 +13,8 @@ p=4, m=10 must equal PyTorch's own regression artifact (test/distributed/pipelin
 dualpipev_4rank_10mb.csv, committed beside the output as pytorch_dualpipev_4rank_10mb.csv), and
 the interleaved zero-bubble case p=2, v=2, m=8 its zb1p_2rank_2stagep_compute.csv; the script
 checks both before writing anything. ZB-H2 is not in PyTorch (src/sched/zbh2.c is tested against
-closed forms instead); interleaved-1f1b follows Megatron when m is a multiple of p, which
-differs from PyTorch only when m == p (Megatron then runs every forward first), so that case is
-not generated.
+closed forms instead). interleaved-1f1b at m == p is PyTorch's 1F1B order (Megatron-LM would run
+every forward first there; pipescope follows PyTorch).
 """
 import os
 import sys
@@ -80,6 +80,27 @@ def one_f_one_b_ops(p, v, m, r, zero_bubble):
         ops.append(f"{ws}W{take(nw, ws)}")
         wdone += 1
     return ops
+
+
+def one_f_one_b(p, m):
+    """Schedule1F1B: stage r runs min(m, p - r) forwards, then backward, forward, ... pairs."""
+    out = []
+    for r in range(p):
+        warm = min(m, p - r)
+        ops = [f"{r}F{i}" for i in range(warm)]
+        f = warm
+        for b in range(m):
+            ops.append(f"{r}B{b}")
+            if f < m:
+                ops.append(f"{r}F{f}")
+                f += 1
+        out.append(ops)
+    return out
+
+
+def pytorch_gpipe(p, m):
+    """ScheduleGPipe: every forward, then every backward, both in ascending micro-batch order."""
+    return [[f"{r}F{i}" for i in range(m)] + [f"{r}B{i}" for i in range(m)] for r in range(p)]
 
 
 def interleaved(p, v, m, zero_bubble=False):
@@ -201,12 +222,13 @@ for p in (2, 3, 4):
         for v in (2, 3):
             CASES.append(("looped-bfs", p, v, m, looped_bfs(p, v, m)))
             try:
-                if m != p:
-                    CASES.append(("interleaved-1f1b", p, v, m, interleaved(p, v, m)))
+                CASES.append(("interleaved-1f1b", p, v, m, interleaved(p, v, m)))
                 CASES.append(("interleaved-zb", p, v, m, interleaved(p, v, m, True)))
             except ValueError:
                 pass
         CASES.append(("zb-h1", p, 1, m, interleaved(p, 1, m, True)))
+        CASES.append(("1f1b", p, 1, m, one_f_one_b(p, m)))
+        CASES.append(("pytorch-gpipe", p, 1, m, pytorch_gpipe(p, m)))
         CASES.append(("zb-v", p, 2, m, zbv(p, m)))
         if m >= 2 * p:
             CASES.append(("dualpipe-v", p, 2, m, dualpipev(p, m)))
