@@ -4,6 +4,7 @@
  */
 #include <stdbool.h>
 #include <malloc.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -375,6 +376,27 @@ static int prepare_outputs(const struct ps_cmd *cmd, struct ps_cli *cli)
     return 0;
 }
 
+/* The first option of the command's own given a second time, or NULL: each takes one value,
+ * except those the command says to repeat. */
+static const char *repeated_option(const struct ps_cmd *cmd, int n, char **argv)
+{
+    static const struct {
+        const char *cmd, *opt;
+    } repeatable[] = {{"compare", "--measured"}, {"calibrate", "--run"}, {"calibrate", "--holdout"}};
+    for (int k = 0; k < n; k++) {
+        if (strncmp(argv[k], "--", 2) || !argv[k][2]) continue;
+        size_t len = strcspn(argv[k], "=");
+        bool ok = false;
+        for (size_t r = 0; r < sizeof(repeatable) / sizeof(repeatable[0]); r++)
+            ok |= !strcmp(cmd->name, repeatable[r].cmd) && strlen(repeatable[r].opt) == len &&
+                  !strncmp(argv[k], repeatable[r].opt, len);
+        if (ok) continue;
+        for (int j = 0; j < k; j++)
+            if (strcspn(argv[j], "=") == len && !strncmp(argv[j], argv[k], len)) return argv[k];
+    }
+    return NULL;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: pipescope COMMAND SPEC [options]\n\ncommands:\n");
@@ -445,6 +467,11 @@ int main(int argc, char **argv)
                 fprintf(stderr, "pipescope %s: option %s needs a value\n", cmd->name, a);
                 return PS_EXIT_INPUT;
             }
+            if (*slot) {
+                fprintf(stderr, "pipescope %s: option %s given twice; it takes one value\n",
+                        cmd->name, a);
+                return PS_EXIT_INPUT;
+            }
             *slot = argv[++k];
             continue;
         }
@@ -455,7 +482,22 @@ int main(int argc, char **argv)
             cli.spec_path = a;
         else if (nrest < (int)(sizeof(rest) / sizeof(rest[0])))
             rest[nrest++] = argv[k];
+        else {
+            fprintf(stderr, "pipescope %s: more than %zu arguments\n", cmd->name,
+                    sizeof(rest) / sizeof(rest[0]));
+            return PS_EXIT_INPUT;
+        }
     }
+    const char *twice = repeated_option(cmd, nrest, rest);
+    if (twice) {
+        fprintf(stderr, "pipescope %s: option %.*s given twice; it takes one value\n", cmd->name,
+                (int)strcspn(twice, "="), twice);
+        return PS_EXIT_INPUT;
+    }
+    /* a closed pipe or a file size limit is a write error that removes the temporaries, not
+       a death that leaves them */
+    signal(SIGPIPE, SIG_IGN);
+    signal(SIGXFSZ, SIG_IGN);
     cli.argc = nrest;
     cli.argv = rest;
     /* every output of a command appears when it ends, or none when it fails; output folders
