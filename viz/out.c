@@ -246,6 +246,23 @@ static void install_handlers(void)
     }
 }
 
+/* INT, TERM and HUP held back while a temporary is created and registered, so that no
+ * signal finds it made but not yet registered (O6). */
+static void hold_signals(sigset_t *old)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    sigprocmask(SIG_BLOCK, &set, old);
+}
+
+static void release_signals(const sigset_t *old)
+{
+    sigprocmask(SIG_SETMASK, old, NULL);
+}
+
 /* Registers `name` under dirfd (duplicated) for removal on a signal; the slot, or -1 when the
  * registry is full (the entry is then only removed by the normal paths). */
 static int reg_add(int kind, int dirfd, const char *name)
@@ -355,6 +372,8 @@ static int make_parents(const char *dir, struct ps_diag *diag)
         if (i < n && p[i - 1] == '/') continue; /* "a//b" */
         char c = p[i];
         p[i] = '\0';
+        sigset_t held;
+        hold_signals(&held); /* made and registered before a signal can come */
         if (mkdir(p, 0755) == 0) {
             if (defer.on && defer.n_dirs < (int)(sizeof(defer.dirs) / sizeof(defer.dirs[0]))) {
                 const char *base;
@@ -371,6 +390,7 @@ static int make_parents(const char *dir, struct ps_diag *diag)
         } else if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode)) {
             rc = ps_diag_set(diag, -ENOTDIR, p, "cannot create a folder here: %s", strerror(ENOTDIR));
         }
+        release_signals(&held);
         p[i] = c;
     }
     free(p);
@@ -509,14 +529,19 @@ int ps_out_folder(const char *dir, const char **write_to, struct ps_diag *diag)
     char tmp[NAME_MAX + 1];
     for (int tries = 0; rc == 0; tries++) {
         temp_name(f.name, tmp);
-        if (mkdirat(f.dirfd, tmp, 0700) == 0) break;
+        sigset_t held;
+        hold_signals(&held);
+        int made = mkdirat(f.dirfd, tmp, 0700), e = errno;
+        if (made == 0) f.slot = reg_add(R_TREE, f.dirfd, tmp);
+        release_signals(&held);
+        if (made == 0) break;
+        errno = e;
         if (errno != EEXIST || tries > 100) {
             rc = diag_errno(diag, errno, f.path, "cannot create the folder");
             ps_diag_hint(diag, "check that its parent folder is writable");
         }
     }
     if (rc == 0) {
-        f.slot = reg_add(R_TREE, f.dirfd, tmp);
         f.tmp = strdup(tmp);
         size_t n = strlen(par) + strlen(tmp) + 2;
         f.write = malloc(n);
@@ -576,14 +601,15 @@ static int changed(const struct folder *f, struct ps_diag *diag)
 static int folder_swap(struct folder *f, struct ps_diag *diag)
 {
     struct stat st;
-    if (fstatat(f->dirfd, f->name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    for (int tries = 0; fstatat(f->dirfd, f->name, &st, AT_SYMLINK_NOFOLLOW) != 0; tries++) {
         if (errno != ENOENT) return diag_errno(diag, errno, f->path, "cannot use the folder");
         if (renameat2(f->dirfd, f->tmp, f->dirfd, f->name, RENAME_NOREPLACE) == 0) {
             f->state = F_NEW;
             return 0;
         }
-        if (errno == EEXIST || errno == ENOTEMPTY) return changed(f, diag);
-        return diag_errno(diag, errno, f->path, "cannot create the folder");
+        /* made meanwhile (another pipescope on the same folder): look at it again */
+        if ((errno != EEXIST && errno != ENOTEMPTY) || tries == 3)
+            return tries == 3 ? changed(f, diag) : diag_errno(diag, errno, f->path, "cannot create the folder");
     }
     if (!S_ISDIR(st.st_mode)) return changed(f, diag);
     f->mode = st.st_mode & 07777;
@@ -929,7 +955,13 @@ int ps_out_open(struct ps_out *o, const char *path, struct ps_diag *diag)
     int fd = -1;
     for (int tries = 0; rc == 0 && fd < 0; tries++) {
         temp_name(o->name, tmp);
+        sigset_t held;
+        hold_signals(&held);
         fd = openat(o->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        int e = errno;
+        if (fd >= 0) o->slot = reg_add(R_FILE, o->dirfd, tmp);
+        release_signals(&held);
+        errno = e;
         if (fd < 0 && (errno != EEXIST || tries > 100)) {
             rc = diag_errno(diag, errno, path, "cannot create the file");
             ps_diag_hint(diag, "check that the folder is writable");
@@ -941,7 +973,6 @@ int ps_out_open(struct ps_out *o, const char *path, struct ps_diag *diag)
         out_free(o);
         return rc;
     }
-    o->slot = reg_add(R_FILE, o->dirfd, tmp);
     o->tmp = strdup(tmp);
     mode_t mode = 0644;
     if (S_ISREG(st.st_mode)) mode = st.st_mode & 07777;
@@ -1075,13 +1106,18 @@ int ps_out_check(const char *path, struct ps_diag *diag)
         /* the same temporary file the write will make, made and removed now */
         char tmp[NAME_MAX + 1];
         temp_name(base, tmp);
+        sigset_t held;
+        hold_signals(&held); /* the probe exists only while signals wait */
         int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-        if (fd < 0) {
-            rc = diag_errno(diag, errno, path, "cannot create the file");
-            ps_diag_hint(diag, "check that the folder is writable");
-        } else {
+        int e = errno;
+        if (fd >= 0) {
             close(fd);
             unlinkat(dirfd, tmp, 0);
+        }
+        release_signals(&held);
+        if (fd < 0) {
+            rc = diag_errno(diag, e, path, "cannot create the file");
+            ps_diag_hint(diag, "check that the folder is writable");
         }
     }
     if (dirfd >= 0) close(dirfd);
