@@ -150,6 +150,20 @@ total=$((total + 1))
 leftovers=$(find "$t" -name '.P.tmp.*' | head -n 1)
 [ -z "$leftovers" ] || fail "sweep -o P | true: temporary twin left: $leftovers"
 
+# raw ESC, CR and newlines from a spec value or a file name never reach an error line
+fresh
+esc=$(printf '\033')
+sed "s/\"gpipe\"/\"\\\\u001b[2K\\\\rgpipe\\\\npipescope: check passed\"/" "$small" >"$t/esc.json"
+for arg in "$t/esc.json" "$t/$(printf 'a\033[31m\rb\nc.json')"; do
+    "$bin" check "$arg" 2>"$tmp/err" >/dev/null; rc=$?
+    total=$((total + 1))
+    [ $rc -eq 2 ] || fail "check with control characters: exit $rc"
+    [ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "check with control characters: $(wc -l <"$tmp/err") lines: $(cat -v "$tmp/err")"
+    ! grep -q "$esc" "$tmp/err" || fail "check with control characters: raw ESC in: $(cat -v "$tmp/err")"
+    ! tr -d '\n' <"$tmp/err" | grep -q "$(printf '\r')" || fail "check with control characters: raw CR"
+done
+grep -q 'x1b\[2K' "$tmp/err" || grep -q 'x1b' "$tmp/err" || fail "escaped ESC not shown as \\x1b: $(cat -v "$tmp/err")"
+
 # 5. a file written into a user's empty -o folder while pipescope swaps it in is never lost
 tries=${RACE_TRIES:-20}
 lost=0

@@ -6,9 +6,20 @@
 
 #include "src/cli/cli.h"
 
+/* Prints "PREFIX" and the formatted text as one line, escaped as an error line is
+ * (src/diag.c: no control character or invalid UTF-8 from a user's value reaches stderr raw). */
+static void print_line(const char *prefix, const char *fmt, va_list ap, const char *suffix)
+{
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    vsnprintf(d.msg, sizeof(d.msg), fmt, ap);
+    char buf[4 * PS_DIAG_MSG_MAX];
+    fprintf(stderr, "%s%s%s\n", prefix, ps_diag_format(&d, buf, sizeof(buf)), suffix);
+}
+
 int ps_cli_fail(const struct ps_diag *d, int code)
 {
-    char buf[PS_DIAG_WHERE_MAX + 2 * PS_DIAG_MSG_MAX + 32];
+    char buf[4 * (PS_DIAG_WHERE_MAX + 2 * PS_DIAG_MSG_MAX + 32)];
     fprintf(stderr, "pipescope: %s\n", ps_diag_format(d, buf, sizeof(buf)));
     return code ? code : PS_EXIT_INPUT;
 }
@@ -17,9 +28,10 @@ int ps_cli_usage(const struct ps_cli *cli, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "pipescope %s: ", cli->cmd);
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, " (see 'pipescope help %s')\n", cli->cmd);
+    char prefix[64], suffix[64];
+    snprintf(prefix, sizeof(prefix), "pipescope %s: ", cli->cmd);
+    snprintf(suffix, sizeof(suffix), " (see 'pipescope help %s')", cli->cmd);
+    print_line(prefix, fmt, ap, suffix);
     va_end(ap);
     return PS_EXIT_INPUT;
 }
@@ -29,9 +41,7 @@ void ps_cli_warn(const struct ps_cli *cli, const char *fmt, ...)
     if (cli->verbosity < 0) return;
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "pipescope: warning: ");
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    print_line("pipescope: warning: ", fmt, ap, "");
     va_end(ap);
 }
 
