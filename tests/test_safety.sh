@@ -164,6 +164,14 @@ for arg in "$t/esc.json" "$t/$(printf 'a\033[31m\rb\nc.json')"; do
 done
 grep -q 'x1b\[2K' "$tmp/err" || grep -q 'x1b' "$tmp/err" || fail "escaped ESC not shown as \\x1b: $(cat -v "$tmp/err")"
 
+# SIGXFSZ: a file size limit is a write error naming DIR's file, not the twin, leaving no twin
+fresh
+(ulimit -f 1; "$bin" sweep "$t/S.json" --chunks 1,2 -q -o "$t/Z" 2>"$tmp/err"); rc=$?
+spec_kept "sweep -o Z under ulimit -f 1" 2
+grep -q "^pipescope: $t/Z/[a-z]*\.[a-z]*: cannot write the file: File too large" "$tmp/err" ||
+    fail "ulimit -f: the error does not name Z's file: $(cat "$tmp/err")"
+[ ! -e "$t/Z" ] || fail "ulimit -f: Z written"
+
 # 5. a file written into a user's empty -o folder while pipescope swaps it in is never lost
 tries=${RACE_TRIES:-20}
 lost=0

@@ -17,10 +17,50 @@ static void print_line(const char *prefix, const char *fmt, va_list ap, const ch
     fprintf(stderr, "%s%s%s\n", prefix, ps_diag_format(&d, buf, sizeof(buf)), suffix);
 }
 
+/* Output folders' temporary twins and the names the user gave them, for the error lines. */
+static struct { char *twin, *user; } aliases[8];
+static int n_aliases;
+
+void ps_cli_alias_folder(const char *twin, const char *user)
+{
+    for (int k = 0; k < n_aliases; k++)
+        if (twin && !strcmp(aliases[k].twin, twin)) return;
+    if (!twin || !user || n_aliases == (int)(sizeof(aliases) / sizeof(aliases[0]))) return;
+    /* copies: the twin's name is freed when the outputs are committed, before the last error */
+    char *t = strdup(twin), *u = strdup(user);
+    if (!t || !u) {
+        free(t);
+        free(u);
+        return;
+    }
+    aliases[n_aliases].twin = t;
+    aliases[n_aliases++].user = u;
+}
+
+/* s (len bytes of room) with every twin's name replaced by the user's */
+static void unalias(char *s, size_t len)
+{
+    for (int k = 0; k < n_aliases; k++) {
+        size_t tl = strlen(aliases[k].twin), ul = strlen(aliases[k].user);
+        char *p = s;
+        while ((p = strstr(p, aliases[k].twin))) {
+            size_t rest = strlen(p + tl);
+            if ((size_t)(p - s) + ul + rest + 1 > len) break;
+            memmove(p + ul, p + tl, rest + 1);
+            memcpy(p, aliases[k].user, ul);
+            p += ul;
+        }
+    }
+}
+
 int ps_cli_fail(const struct ps_diag *d, int code)
 {
     char buf[4 * (PS_DIAG_WHERE_MAX + 2 * PS_DIAG_MSG_MAX + 32)];
-    fprintf(stderr, "pipescope: %s\n", ps_diag_format(d, buf, sizeof(buf)));
+    struct ps_diag named = *d; /* errors name DIR, never its temporary twin */
+    unalias(named.where, sizeof(named.where));
+    unalias(named.msg, sizeof(named.msg));
+    unalias(named.hint, sizeof(named.hint));
+    fprintf(stderr, "pipescope: %s\n", ps_diag_format(&named, buf, sizeof(buf)));
     return code ? code : PS_EXIT_INPUT;
 }
 

@@ -369,10 +369,12 @@ static int prepare_outputs(const struct ps_cmd *cmd, struct ps_cli *cli)
             const char *w;
             if (outputs[j].folder ? ps_out_folder(v, &w, &d) : ps_out_check(v, &d))
                 return ps_cli_fail(&d, PS_EXIT_INPUT);
+            if (outputs[j].folder) ps_cli_alias_folder(w, v);
         }
     }
     if (cmd->outdir && cli->outdir && ps_out_folder(cli->outdir, &cli->outdir_files, &d))
         return ps_cli_fail(&d, PS_EXIT_INPUT);
+    if (cli->outdir_files) ps_cli_alias_folder(cli->outdir_files, cli->outdir);
     return 0;
 }
 
