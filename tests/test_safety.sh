@@ -172,6 +172,23 @@ grep -q "^pipescope: $t/Z/[a-z]*\.[a-z]*: cannot write the file: File too large"
     fail "ulimit -f: the error does not name Z's file: $(cat "$tmp/err")"
 [ ! -e "$t/Z" ] || fail "ulimit -f: Z written"
 
+# a NUL in a plan CSV row is an error, not the end of the row (here: of the file)
+fresh
+"$bin" schedule "$t/S.json" --schedule 1f1b -q --csv "$t/p.csv" 2>"$tmp/err" || fail "schedule --csv: $(cat "$tmp/err")"
+printf '\0,2F9' >>"$t/p.csv"
+"$bin" simulate "$t/S.json" -q --actions "$t/p.csv" 2>"$tmp/err"; rc=$?
+spec_kept "simulate --actions CSV-with-NUL" 2
+grep -q "p.csv:4: a NUL byte in the line" "$tmp/err" || fail "NUL in CSV: $(cat "$tmp/err")"
+
+# a dangling link in a trace folder is an error, not a trace silently skipped
+fresh
+mkdir "$t/traces"
+"$bin" run "$t/S.json" -q --steps 1 --trace "$t/traces/a.json" 2>"$tmp/err" || fail "run --trace: $(cat "$tmp/err")"
+ln -s gone.json "$t/traces/b.json"
+"$bin" compare "$t/S.json" -q --measured "$t/traces" 2>"$tmp/err" >/dev/null; rc=$?
+spec_kept "compare --measured FOLDER-with-dangling-link" 2
+grep -q "traces/b.json: cannot read the trace: No such file" "$tmp/err" || fail "dangling link: $(cat "$tmp/err")"
+
 # 5. a file written into a user's empty -o folder while pipescope swaps it in is never lost
 tries=${RACE_TRIES:-20}
 lost=0
