@@ -189,6 +189,13 @@ ln -s gone.json "$t/traces/b.json"
 spec_kept "compare --measured FOLDER-with-dangling-link" 2
 grep -q "traces/b.json: cannot read the trace: No such file" "$tmp/err" || fail "dangling link: $(cat "$tmp/err")"
 
+# too few open files: one clear line, not a missing Graphviz plugin
+fresh
+(ulimit -n 12; "$bin" graph "$t/S.json" -q --svg "$t/g.svg" 2>"$tmp/err"); rc=$?
+spec_kept "graph --svg under ulimit -n 12" 2
+grep -q "open files allowed (ulimit -n)" "$tmp/err" && [ "$(wc -l <"$tmp/err")" -eq 1 ] ||
+    fail "ulimit -n 12: $(cat "$tmp/err")"
+
 # 5. a file written into a user's empty -o folder while pipescope swaps it in is never lost
 tries=${RACE_TRIES:-20}
 lost=0

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <malloc.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -399,6 +400,27 @@ static const char *repeated_option(const struct ps_cmd *cmd, int n, char **argv)
     return NULL;
 }
 
+/* Open files: Graphviz's plugins, an output's folder and its temporary, the executors' trace
+ * files. Below PS_MIN_FILES a command would fail in some later step with a misleading message
+ * (a missing Graphviz plugin), so the soft limit is raised towards the hard one, or refused. */
+#define PS_MIN_FILES 64
+static bool enough_files(const struct ps_cmd *cmd)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= 1024)
+        return true;
+    rlim_t want = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > 1024 ? 1024 : rl.rlim_max;
+    if (want > rl.rlim_cur) {
+        rl.rlim_cur = want;
+        setrlimit(RLIMIT_NOFILE, &rl);
+        getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur >= PS_MIN_FILES) return true;
+    fprintf(stderr, "pipescope %s: only %llu open files allowed (ulimit -n); pipescope needs at "
+            "least %d\n", cmd->name, (unsigned long long)rl.rlim_cur, PS_MIN_FILES);
+    return false;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: pipescope COMMAND SPEC [options]\n\ncommands:\n");
@@ -490,6 +512,7 @@ int main(int argc, char **argv)
             return PS_EXIT_INPUT;
         }
     }
+    if (!enough_files(cmd)) return PS_EXIT_INPUT;
     const char *twice = repeated_option(cmd, nrest, rest);
     if (twice) {
         fprintf(stderr, "pipescope %s: option %.*s given twice; it takes one value\n", cmd->name,
