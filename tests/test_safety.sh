@@ -5,8 +5,10 @@
 # command replaces nothing (folder refused at the end: the --json file stays), an option given
 # twice is refused, a user's file in an empty -o folder is never deleted, removing an old folder
 # never crosses into another file system and has no depth limit, two outputs on one name and a
-# file inside the -o folder are refused, a closed stdout pipe leaves no temporary twin.
-# RACE_TRIES (default 20) bounds the race loop.
+# file inside the -o folder are refused, a closed stdout pipe leaves no temporary twin; then
+# control characters in error lines, SIGXFSZ, a NUL in a plan CSV, a dangling link in a trace
+# folder, ulimit -n 12 and a 4097th argument. RACE_TRIES (default 20) bounds the race loop;
+# tests/race_loops.sh has the longer signal, concurrency and TOCTOU loops.
 set -u
 bin=${PIPESCOPE:?PIPESCOPE not set}
 root=${PS_SOURCE_ROOT:?PS_SOURCE_ROOT not set}
@@ -195,6 +197,13 @@ fresh
 spec_kept "graph --svg under ulimit -n 12" 2
 grep -q "open files allowed (ulimit -n)" "$tmp/err" && [ "$(wc -l <"$tmp/err")" -eq 1 ] ||
     fail "ulimit -n 12: $(cat "$tmp/err")"
+
+# an argument past the 4096th is refused, not dropped (here an unknown option main never saw)
+fresh
+# shellcheck disable=SC2046
+"$bin" simulate "$t/S.json" -q $(yes -- --no-phony | head -n 4096) --bogus >/dev/null 2>"$tmp/err"; rc=$?
+spec_kept "simulate with 4097 arguments" 2
+grep -q "more than 4096 arguments" "$tmp/err" || fail "4097 arguments: $(head -c 200 "$tmp/err")"
 
 # 5. a file written into a user's empty -o folder while pipescope swaps it in is never lost
 tries=${RACE_TRIES:-20}
