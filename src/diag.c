@@ -1,4 +1,9 @@
-/* diag: keeps the first error of an operation (see diag.h). */
+/* diag: keeps the first error of an operation (see diag.h).
+ *
+ * An error line quotes what the user gave (file names, spec values, .npy descr, CSV cells):
+ * ps_diag_format writes it as one line of valid UTF-8 whatever those bytes are: control
+ * characters (ESC, CR, newline, C1) and bytes that are not UTF-8 become \xNN, so no input can
+ * forge a second line ("pipescope: check passed") or send terminal escapes. */
 #include "src/diag.h"
 
 #include <stdio.h>
@@ -39,12 +44,53 @@ void ps_diag_hint(struct ps_diag *d, const char *fmt, ...)
     va_end(ap);
 }
 
+/* Length of the valid UTF-8 sequence at s (1-4) that is not a control character, or 0. */
+static int printable_at(const unsigned char *s)
+{
+    unsigned c = s[0];
+    if (c < 0x20 || c == 0x7f) return 0;
+    if (c < 0x80) return 1;
+    int n = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
+    if (n == 0) return 0;
+    for (int k = 1; k < n; k++)
+        if ((s[k] & 0xc0) != 0x80) return 0;
+    if (n == 2 && c == 0xc2 && s[1] < 0xa0) return 0;                 /* C1 controls */
+    if (n == 3 && ((c == 0xe0 && s[1] < 0xa0) || (c == 0xed && s[1] >= 0xa0))) return 0;
+    if (n == 4 && ((c == 0xf0 && s[1] < 0x90) || (c == 0xf4 && s[1] >= 0x90))) return 0;
+    return n;
+}
+
+/* Copies `in` into out (len bytes, NUL-terminated) with what printable_at refuses as \xNN;
+ * never cuts a sequence or an escape in half. */
+static void escape_line(const char *in, char *out, size_t len)
+{
+    size_t o = 0;
+    const unsigned char *s = (const unsigned char *)in;
+    while (*s) {
+        int n = printable_at(s);
+        if (n == 0) {
+            if (o + 5 > len) break;
+            snprintf(out + o, 5, "\\x%02x", *s);
+            o += 4;
+            s++;
+        } else {
+            if (o + (size_t)n + 1 > len) break;
+            memcpy(out + o, s, (size_t)n);
+            o += (size_t)n;
+            s += n;
+        }
+    }
+    if (len) out[o < len ? o : len - 1] = '\0';
+}
+
 const char *ps_diag_format(const struct ps_diag *d, char *buf, size_t len)
 {
+    char raw[PS_DIAG_WHERE_MAX + 2 * PS_DIAG_MSG_MAX + 16];
     if (!d->hint[0])
-        snprintf(buf, len, "%s%s%s", d->where, d->where[0] ? ": " : "", d->msg);
+        snprintf(raw, sizeof(raw), "%s%s%s", d->where, d->where[0] ? ": " : "", d->msg);
     else
-        snprintf(buf, len, "%s%s%s (hint: %s)", d->where, d->where[0] ? ": " : "", d->msg,
+        snprintf(raw, sizeof(raw), "%s%s%s (hint: %s)", d->where, d->where[0] ? ": " : "", d->msg,
                  d->hint);
+    escape_line(raw, buf, len);
     return buf;
 }

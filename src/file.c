@@ -12,6 +12,8 @@
  *   F5. Gzip (magic 1f 8b, when the caller allows it) is decompressed on the fly, members one
  *       after another as gzip(1) does; a truncated or corrupt stream is an error, never a
  *       silently short text.
+ *   F6. Every regular file opened is remembered by device and inode (ps_file_inputs), so that
+ *       the outputs can refuse to replace it.
  */
 #include "src/file.h"
 
@@ -107,6 +109,33 @@ static ssize_t read_fd(int fd, void *buf, size_t n)
     }
 }
 
+static struct ps_file_input *inputs;
+static int n_inputs, cap_inputs;
+
+/* F6: remembers a regular file opened (once per identity); out of memory forgets nothing
+ * silently: the caller's open fails. */
+static int remember_input(const char *path, const struct stat *st, struct ps_diag *d)
+{
+    for (int k = 0; k < n_inputs; k++)
+        if (inputs[k].dev == (uint64_t)st->st_dev && inputs[k].ino == (uint64_t)st->st_ino) return 0;
+    if (n_inputs == cap_inputs) {
+        int nc = cap_inputs ? cap_inputs * 2 : 16;
+        struct ps_file_input *p = realloc(inputs, (size_t)nc * sizeof(*p));
+        if (!p) return ps_diag_set(d, -ENOMEM, path, "out of memory");
+        inputs = p;
+        cap_inputs = nc;
+    }
+    inputs[n_inputs++] = (struct ps_file_input){(uint64_t)st->st_dev, (uint64_t)st->st_ino,
+                                                realpath(path, NULL)};
+    return 0;
+}
+
+int ps_file_inputs(const struct ps_file_input **list)
+{
+    *list = inputs;
+    return n_inputs;
+}
+
 int ps_file_open(struct ps_file_in *in, const char *path, const struct ps_file_opts *o,
                  struct ps_diag *d)
 {
@@ -128,6 +157,7 @@ int ps_file_open(struct ps_file_in *in, const char *path, const struct ps_file_o
     struct stat st;
     if (rc == 0 && fstat(fd, &st) != 0) rc = read_error(in, errno, d);
     if (rc == 0 && S_ISDIR(st.st_mode)) rc = read_error(in, EISDIR, d);
+    if (rc == 0 && S_ISREG(st.st_mode)) rc = remember_input(path, &st, d);
     if (rc == 0 && S_ISREG(st.st_mode)) {
         in->regular = true;
         if (in->opts.max_bytes && (uint64_t)st.st_size > in->opts.max_bytes) {

@@ -91,4 +91,14 @@ int ps_file_lines_open(struct ps_file_lines *l, const char *path, struct ps_diag
 int ps_file_lines_next(struct ps_file_lines *l, char **line, size_t *len, struct ps_diag *d);
 void ps_file_lines_close(struct ps_file_lines *l);
 
+/* ---- the inputs read so far ----------------------------------------------------------------- */
+
+/* Every regular file ps_file_open opened, by identity (device and inode) and by its resolved
+ * name, so that no output replaces an input (viz/out.c): `simulate S.json --json S.json`. */
+struct ps_file_input {
+    uint64_t dev, ino;
+    char *real; /* realpath of the name given, NULL when it could not be resolved */
+};
+int ps_file_inputs(const struct ps_file_input **list);
+
 #endif

@@ -135,6 +135,15 @@ int ps_plan_load(const char *path, const struct ps_spec *spec, struct ps_plan *o
     size_t n;
     int rc = ps_file_read(path, &fo, &buf, &n, diag);
     if (rc) return rc;
+    const char *nul = memchr(buf, '\0', n);
+    if (nul) { /* the parsers read up to the first NUL: the rest of the row would be lost */
+        int line, col;
+        ps_file_line_col(buf, (size_t)(nul - buf), &line, &col);
+        char where[PS_DIAG_WHERE_MAX];
+        snprintf(where, sizeof(where), "%s:%d", path, line);
+        free(buf);
+        return ps_diag_set(diag, -EINVAL, where, "a NUL byte in the line (not a text file?)");
+    }
     const char *first = buf;
     while (*first == ' ' || *first == '\t' || *first == '\n' || *first == '\r') first++;
     rc = *first == '{' ? ps_plan_parse(buf, path, spec, out, diag)

@@ -1157,7 +1157,12 @@ int ps_trace_list_folder(const char *dir, char ***paths, uint32_t *n, struct ps_
         }
         snprintf(p, l, "%s/%s", dir, e->d_name);
         struct stat st;
-        if (stat(p, &st) != 0 || S_ISDIR(st.st_mode)) {
+        if (stat(p, &st) != 0) { /* a dangling link is a trace that cannot be read, not none */
+            rc = ps_diag_set(diag, -errno, p, "cannot read the trace: %s", strerror(errno));
+            free(p);
+            break;
+        }
+        if (S_ISDIR(st.st_mode)) {
             free(p);
             continue;
         }

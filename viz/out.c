@@ -5,6 +5,8 @@
  *     PATH            regular or absent: .NAME.tmp.RANDOM created beside it (O_CREAT|O_EXCL|
  *                     O_NOFOLLOW, relative to the folder's descriptor), renamed over NAME on commit
  *     PATH -> TARGET  a symbolic link: the same for TARGET, so the link stays a link
+ *     /dev/stdout, /dev/fd/N, /proc/self/fd/N (or a link to one): the descriptor itself (dup),
+ *                     so `>> log` appends; the file behind it is never renamed over
  *     char device, FIFO, "-" (stdout): written straight through, no temporary file, no rename
  *     folder, block device, dangling link: refused
  *
@@ -22,12 +24,18 @@
  *   O3. "-" (or NULL) means stdout, flushed but never closed; straight-through writes (stdout,
  *       devices, FIFOs) cannot be taken back by an abort.
  *   O4. Between ps_out_defer_begin() and ps_out_defer_end(), commits stop before the rename: the
- *       complete temporary files and folders wait; ps_out_defer_end(true) renames the files (in
- *       commit order), then swaps the folders in; ps_out_defer_end(false) removes them. The CLI
- *       wraps every command in it, so a failed command replaces no old output.
+ *       complete temporary files and folders wait; ps_out_defer_end(true) first checks that
+ *       nothing replaces an input (device and inode), that no two outputs share a name, that no
+ *       file or input lies in a folder replaced whole and that every folder may still be
+ *       replaced; then swaps the folders in (each can be swapped back), then renames the files,
+ *       and only then removes what the folders replaced; ps_out_defer_end(false) removes them.
+ *       The CLI wraps every command in it, so a failed command replaces no old output.
+ *   O7. Removing a folder never leaves its file system or mount (rm --one-file-system) and has
+ *       no depth limit (two descriptors at a time, descending again from the top).
  *   O5. Only what pipescope created is ever removed: temporary names are unique (two runs on
  *       the same output never share one), created and removed relative to a folder descriptor
- *       without following links; a folder is replaced only when it is empty or carries MARKER;
+ *       without following links; a folder is replaced only when it is empty or carries MARKER
+ *       (an empty one with rmdir, which fails when a file appeared in it);
  *       missing parent folders are created and removed again (when empty) on failure.
  *   O6. SIGINT, SIGTERM and SIGHUP remove every temporary file and folder and every created
  *       parent still registered (async-signal-safe: unlinkat, getdents64, no allocation), then
@@ -46,8 +54,10 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include "src/file.h"
 #include "viz/viz.h"
 
 #define MARKER_TEXT                                                                                \
@@ -66,39 +76,138 @@ static struct reg {
 } reg[N_REG];
 static bool handlers_installed;
 
-/* Removes folder `name` under dirfd and everything in it, without following links; only
- * async-signal-safe calls. Returns 0 or -errno of the final rmdir. */
-static int remove_tree_at(int dirfd, const char *name, int depth)
+/* Folders remove_tree_at could not empty (another file system below, a file it may not
+ * remove): skipped on the next descents. Static, not on the stack: the signal handler may use
+ * it, and then the process ends. */
+static struct { dev_t dev; ino_t ino; } stuck[256];
+static int n_stuck;
+
+/* The file system a folder is on: its device and, where statx says it, its mount (a bind
+ * mount of the same device is another mount). */
+struct fs_id { dev_t dev; uint64_t mnt; bool has_mnt; };
+
+/* statx of `name` under fd (name "": fd itself), no links followed; 0 or -1. */
+static int fs_of(int fd, const char *name, struct fs_id *id, struct stat *st)
 {
-    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd >= 0) {
-        char buf[4096];
-        for (int pass = 0; pass < 64; pass++) {
-            bool removed = false;
-            lseek(fd, 0, SEEK_SET);
-            for (;;) {
-                long n = syscall(SYS_getdents64, fd, buf, sizeof(buf));
-                if (n <= 0) break;
-                for (long off = 0; off < n;) {
-                    struct {
-                        uint64_t ino;
-                        int64_t off;
-                        unsigned short reclen;
-                        unsigned char type;
-                        char name[];
-                    } *e = (void *)(buf + off);
-                    off += e->reclen;
-                    if (!strcmp(e->name, ".") || !strcmp(e->name, "..")) continue;
-                    if (e->type != DT_DIR && unlinkat(fd, e->name, 0) == 0) {
-                        removed = true;
-                        continue;
-                    }
-                    if (depth < 32 && remove_tree_at(fd, e->name, depth + 1) == 0) removed = true;
+    struct statx sx;
+    int fl = AT_SYMLINK_NOFOLLOW | (*name ? 0 : AT_EMPTY_PATH);
+    if (statx(fd, name, fl, STATX_TYPE | STATX_INO | STATX_MNT_ID, &sx) != 0) return -1;
+    memset(st, 0, sizeof(*st));
+    st->st_mode = sx.stx_mode;
+    st->st_ino = sx.stx_ino;
+    st->st_dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
+    id->dev = st->st_dev;
+    id->has_mnt = (sx.stx_mask & STATX_MNT_ID) != 0;
+    id->mnt = sx.stx_mnt_id;
+    return 0;
+}
+
+static bool same_fs(const struct fs_id *a, const struct fs_id *b)
+{
+    return a->dev == b->dev && (!a->has_mnt || !b->has_mnt || a->mnt == b->mnt);
+}
+
+static bool is_stuck(const struct stat *st)
+{
+    for (int k = 0; k < n_stuck; k++)
+        if (stuck[k].dev == st->st_dev && stuck[k].ino == st->st_ino) return true;
+    return false;
+}
+
+/* One pass over folder fd: unlinks what is not a folder, removes empty folders of file
+ * system `dev`, and copies into `down` the name of the first folder of `dev` that is neither
+ * empty nor stuck. Returns 1 when it removed something, 0 when not, -1 on a read error. */
+static int tree_pass(int fd, const struct fs_id *top, char down[NAME_MAX + 1])
+{
+    char buf[4096];
+    int removed = 0;
+    lseek(fd, 0, SEEK_SET);
+    for (;;) {
+        long n = syscall(SYS_getdents64, fd, buf, sizeof(buf));
+        if (n < 0) return -1;
+        if (n == 0) return removed;
+        for (long off = 0; off < n;) {
+            struct {
+                uint64_t ino;
+                int64_t off;
+                unsigned short reclen;
+                unsigned char type;
+                char name[];
+            } *e = (void *)(buf + off);
+            off += e->reclen;
+            if (!strcmp(e->name, ".") || !strcmp(e->name, "..")) continue;
+            struct stat st;
+            if (e->type != DT_DIR) {
+                if (e->type != DT_UNKNOWN ||
+                    (fstatat(fd, e->name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(st.st_mode))) {
+                    if (unlinkat(fd, e->name, 0) == 0) removed = 1;
+                    continue;
                 }
             }
-            if (!removed) break;
+            /* a folder: never one of another file system (a mount point), as rm
+               --one-file-system */
+            struct fs_id id;
+            if (fs_of(fd, e->name, &id, &st) != 0 || !S_ISDIR(st.st_mode) || !same_fs(&id, top) ||
+                is_stuck(&st))
+                continue;
+            if (unlinkat(fd, e->name, AT_REMOVEDIR) == 0) removed = 1;
+            else if (!down[0]) memcpy(down, e->name, strlen(e->name) + 1);
         }
-        close(fd);
+    }
+}
+
+/* Removes folder `name` under dirfd and everything in it of the same file system, without
+ * following links, at any depth: each round descends from the top to a folder holding no
+ * folder left to empty, empties it and removes it, holding two descriptors at a time. Only
+ * async-signal-safe calls. Returns 0 or -errno of the final rmdir. */
+static int remove_tree_at(int dirfd, const char *name)
+{
+    n_stuck = 0;
+    struct stat st;
+    struct fs_id top, id;
+    if (fs_of(dirfd, name, &top, &st) == 0 && S_ISDIR(st.st_mode)) {
+        for (;;) {
+            int parent = -1, fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            char leaf[NAME_MAX + 1] = "";
+            if (fd < 0 || fs_of(fd, "", &id, &st) != 0 || !same_fs(&id, &top)) {
+                if (fd >= 0) close(fd);
+                break;
+            }
+            for (;;) {
+                char down[NAME_MAX + 1] = "";
+                int r;
+                while ((r = tree_pass(fd, &top, down)) == 1) down[0] = '\0';
+                if (r < 0 || !down[0]) break;
+                int child = openat(fd, down, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (child < 0 || fs_of(child, "", &id, &st) != 0 || !same_fs(&id, &top)) {
+                    if (child >= 0) close(child);
+                    if (fstatat(fd, down, &st, AT_SYMLINK_NOFOLLOW) == 0 && n_stuck < 256)
+                        stuck[n_stuck].dev = st.st_dev, stuck[n_stuck++].ino = st.st_ino;
+                    else break;
+                    continue;
+                }
+                if (parent >= 0) close(parent);
+                parent = fd;
+                fd = child;
+                memcpy(leaf, down, sizeof(leaf));
+            }
+            if (parent < 0) { /* the top itself holds no folder left to empty */
+                close(fd);
+                break;
+            }
+            struct stat ls;
+            bool got = fstat(fd, &ls) == 0;
+            close(fd);
+            if (unlinkat(parent, leaf, AT_REMOVEDIR) != 0) {
+                if (!got || n_stuck == 256) {
+                    close(parent);
+                    break;
+                }
+                stuck[n_stuck].dev = ls.st_dev;
+                stuck[n_stuck++].ino = ls.st_ino;
+            }
+            close(parent);
+        }
     }
     return unlinkat(dirfd, name, AT_REMOVEDIR) == 0 ? 0 : -errno;
 }
@@ -108,7 +217,7 @@ static void cleanup_entry(struct reg *r)
     int k = r->kind;
     r->kind = R_FREE;
     if (k == R_FILE) unlinkat(r->dirfd, r->name, 0);
-    else if (k == R_TREE) remove_tree_at(r->dirfd, r->name, 0);
+    else if (k == R_TREE) remove_tree_at(r->dirfd, r->name);
     else if (k == R_EMPTY) unlinkat(r->dirfd, r->name, AT_REMOVEDIR);
 }
 
@@ -135,6 +244,23 @@ static void install_handlers(void)
         sigfillset(&sa.sa_mask);
         sigaction(sigs[k], &sa, NULL);
     }
+}
+
+/* INT, TERM and HUP held back while a temporary is created and registered, so that no
+ * signal finds it made but not yet registered (O6). */
+static void hold_signals(sigset_t *old)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    sigprocmask(SIG_BLOCK, &set, old);
+}
+
+static void release_signals(const sigset_t *old)
+{
+    sigprocmask(SIG_SETMASK, old, NULL);
 }
 
 /* Registers `name` under dirfd (duplicated) for removal on a signal; the slot, or -1 when the
@@ -201,9 +327,13 @@ static void temp_name(const char *base, char out[NAME_MAX + 1])
 /* ---- created parent folders and the deferral ------------------------------------------------ */
 
 struct dirmade { int slot; char *path; };
-struct pending { int dirfd, slot; char *tmp, *name, *path; };
+struct pending { int dirfd, slot; char *tmp, *name, *path; bool done; };
+enum { F_NONE, F_NEW, F_EMPTIED, F_EXCHANGED, F_MOVED };
 struct folder {
     int dirfd, slot;
+    int state, old_slot; /* F_*: what folder_swap did; old_slot: the registered old name */
+    mode_t mode;         /* the replaced folder's */
+    char old[NAME_MAX + 1]; /* F_MOVED: where the replaced folder is */
     char *path;  /* DIR as the user gave it, trailing slashes cut */
     char *name;  /* last component */
     char *tmp;   /* temporary twin's name in dirfd */
@@ -242,6 +372,8 @@ static int make_parents(const char *dir, struct ps_diag *diag)
         if (i < n && p[i - 1] == '/') continue; /* "a//b" */
         char c = p[i];
         p[i] = '\0';
+        sigset_t held;
+        hold_signals(&held); /* made and registered before a signal can come */
         if (mkdir(p, 0755) == 0) {
             if (defer.on && defer.n_dirs < (int)(sizeof(defer.dirs) / sizeof(defer.dirs[0]))) {
                 const char *base;
@@ -258,6 +390,7 @@ static int make_parents(const char *dir, struct ps_diag *diag)
         } else if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode)) {
             rc = ps_diag_set(diag, -ENOTDIR, p, "cannot create a folder here: %s", strerror(ENOTDIR));
         }
+        release_signals(&held);
         p[i] = c;
     }
     free(p);
@@ -278,6 +411,7 @@ static void drop_parents(void)
 
 void ps_out_defer_begin(void)
 {
+    install_handlers(); /* before the first probe or temporary file */
     defer.on = true;
 }
 
@@ -375,7 +509,7 @@ int ps_out_folder(const char *dir, const char **write_to, struct ps_diag *diag)
         }
     if (defer.n_folders == (int)(sizeof(defer.folders) / sizeof(defer.folders[0])))
         return ps_diag_set(diag, -EMFILE, dir, "too many output folders");
-    struct folder f = {.dirfd = -1, .slot = -1};
+    struct folder f = {.dirfd = -1, .slot = -1, .old_slot = -1};
     f.path = strndup(dir, L);
     if (!f.path) return ps_diag_set(diag, -ENOMEM, dir, "out of memory");
     const char *base;
@@ -395,14 +529,19 @@ int ps_out_folder(const char *dir, const char **write_to, struct ps_diag *diag)
     char tmp[NAME_MAX + 1];
     for (int tries = 0; rc == 0; tries++) {
         temp_name(f.name, tmp);
-        if (mkdirat(f.dirfd, tmp, 0700) == 0) break;
+        sigset_t held;
+        hold_signals(&held);
+        int made = mkdirat(f.dirfd, tmp, 0700), e = errno;
+        if (made == 0) f.slot = reg_add(R_TREE, f.dirfd, tmp);
+        release_signals(&held);
+        if (made == 0) break;
+        errno = e;
         if (errno != EEXIST || tries > 100) {
             rc = diag_errno(diag, errno, f.path, "cannot create the folder");
             ps_diag_hint(diag, "check that its parent folder is writable");
         }
     }
     if (rc == 0) {
-        f.slot = reg_add(R_TREE, f.dirfd, tmp);
         f.tmp = strdup(tmp);
         size_t n = strlen(par) + strlen(tmp) + 2;
         f.write = malloc(n);
@@ -429,7 +568,7 @@ int ps_out_folder(const char *dir, const char **write_to, struct ps_diag *diag)
     }
     free(par);
     if (rc) {
-        if (f.tmp) remove_tree_at(f.dirfd, f.tmp, 0);
+        if (f.tmp) remove_tree_at(f.dirfd, f.tmp);
         folder_free(&f);
         return rc;
     }
@@ -438,58 +577,199 @@ int ps_out_folder(const char *dir, const char **write_to, struct ps_diag *diag)
     return 0;
 }
 
-/* Swaps folder f's twin in (O4, O5). */
-static int folder_commit(struct folder *f, struct ps_diag *diag)
+static bool has_marker(int dirfd, const char *name)
 {
-    int rc = check_replaceable(f->dirfd, f->name, f->path, diag);
-    if (rc) return rc;
-    if (renameat2(f->dirfd, f->tmp, f->dirfd, f->name, RENAME_NOREPLACE) == 0) return 0;
-    if (errno == EINVAL || errno == ENOSYS) { /* a file system without renameat2 flags */
-        if (renameat(f->dirfd, f->tmp, f->dirfd, f->name) == 0) return 0;
-    }
-    if (errno != EEXIST && errno != ENOTEMPTY && errno != EINVAL && errno != ENOSYS)
-        return diag_errno(diag, errno, f->path, "cannot create the folder");
-    if (renameat2(f->dirfd, f->tmp, f->dirfd, f->name, RENAME_EXCHANGE) == 0) {
-        /* the old DIR is now at f->tmp: remove it if it is still ours, else swap back */
-        int own = owned_at(f->dirfd, f->tmp);
-        if (own != 1) {
-            renameat2(f->dirfd, f->tmp, f->dirfd, f->name, RENAME_EXCHANGE);
-            return ps_diag_set(diag, -EEXIST, f->path, "the folder changed while pipescope ran; "
-                                                       "it was left as it is");
+    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return false;
+    struct stat st;
+    bool m = fstatat(fd, PS_OUT_MARKER, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
+    close(fd);
+    return m;
+}
+
+static int changed(const struct folder *f, struct ps_diag *diag)
+{
+    ps_diag_set(diag, -EEXIST, f->path, "the folder changed while pipescope ran; it was left as it is");
+    ps_diag_hint(diag, "run the command again, or give another folder");
+    return -EEXIST;
+}
+
+/* Puts folder f's twin in place of DIR, keeping what it replaces until folder_finish (O4, O5):
+ * an absent DIR is renamed into; a folder of pipescope's is exchanged with the twin (DIR
+ * exists at every instant); an empty folder of the user's is removed with rmdir, which fails
+ * when a file appeared in it meanwhile, and the twin renamed in its place without replacing. */
+static int folder_swap(struct folder *f, struct ps_diag *diag)
+{
+    struct stat st;
+    for (int tries = 0; fstatat(f->dirfd, f->name, &st, AT_SYMLINK_NOFOLLOW) != 0; tries++) {
+        if (errno != ENOENT) return diag_errno(diag, errno, f->path, "cannot use the folder");
+        if (renameat2(f->dirfd, f->tmp, f->dirfd, f->name, RENAME_NOREPLACE) == 0) {
+            f->state = F_NEW;
+            return 0;
         }
-        remove_tree_at(f->dirfd, f->tmp, 0);
+        /* made meanwhile (another pipescope on the same folder): look at it again */
+        if ((errno != EEXIST && errno != ENOTEMPTY) || tries == 3)
+            return tries == 3 ? changed(f, diag) : diag_errno(diag, errno, f->path, "cannot create the folder");
+    }
+    if (!S_ISDIR(st.st_mode)) return changed(f, diag);
+    f->mode = st.st_mode & 07777;
+    if (!has_marker(f->dirfd, f->name)) {
+        if (unlinkat(f->dirfd, f->name, AT_REMOVEDIR) != 0) {
+            if (errno == ENOTEMPTY || errno == EEXIST) return changed(f, diag);
+            return diag_errno(diag, errno, f->path, "cannot replace the folder");
+        }
+        if (renameat2(f->dirfd, f->tmp, f->dirfd, f->name, RENAME_NOREPLACE) != 0) {
+            int e = errno;
+            mkdirat(f->dirfd, f->name, f->mode); /* give the user's empty folder back */
+            if (e == EEXIST || e == ENOTEMPTY) return changed(f, diag);
+            return diag_errno(diag, e, f->path, "cannot replace the folder");
+        }
+        f->state = F_EMPTIED;
+        return 0;
+    }
+    if (renameat2(f->dirfd, f->tmp, f->dirfd, f->name, RENAME_EXCHANGE) == 0) {
+        /* the old DIR is now at f->tmp: still pipescope's, or swapped back */
+        if (!has_marker(f->dirfd, f->tmp)) {
+            renameat2(f->dirfd, f->tmp, f->dirfd, f->name, RENAME_EXCHANGE);
+            return changed(f, diag);
+        }
+        f->state = F_EXCHANGED;
         return 0;
     }
     if (errno != EINVAL && errno != ENOSYS)
         return diag_errno(diag, errno, f->path, "cannot replace the folder");
-    /* no RENAME_EXCHANGE here: move the old one aside, rename, remove the old one */
-    char old[NAME_MAX + 1];
-    temp_name(f->name, old);
-    if (renameat(f->dirfd, f->name, f->dirfd, old) != 0)
+    /* no RENAME_EXCHANGE here: move the old one aside, then rename */
+    temp_name(f->name, f->old);
+    if (renameat(f->dirfd, f->name, f->dirfd, f->old) != 0)
         return diag_errno(diag, errno, f->path, "cannot replace the folder");
-    int slot = reg_add(R_TREE, f->dirfd, old);
+    f->old_slot = reg_add(R_TREE, f->dirfd, f->old);
     if (renameat(f->dirfd, f->tmp, f->dirfd, f->name) != 0) {
         int e = errno;
-        renameat(f->dirfd, old, f->dirfd, f->name);
-        reg_del(slot);
+        renameat(f->dirfd, f->old, f->dirfd, f->name);
+        reg_del(f->old_slot);
+        f->old_slot = -1;
         return diag_errno(diag, e, f->path, "cannot replace the folder");
     }
-    reg_del(slot);
-    remove_tree_at(f->dirfd, old, 0);
+    f->state = F_MOVED;
+    return 0;
+}
+
+/* Undoes folder_swap: the twin back at f->tmp, DIR as it was. */
+static void folder_unswap(struct folder *f)
+{
+    if (f->state == F_EXCHANGED) {
+        renameat2(f->dirfd, f->tmp, f->dirfd, f->name, RENAME_EXCHANGE);
+    } else if (f->state != F_NONE) {
+        renameat2(f->dirfd, f->name, f->dirfd, f->tmp, RENAME_NOREPLACE);
+        if (f->state == F_MOVED) renameat(f->dirfd, f->old, f->dirfd, f->name);
+        if (f->state == F_EMPTIED) mkdirat(f->dirfd, f->name, f->mode);
+    }
+    if (f->state == F_MOVED) reg_del(f->old_slot);
+    f->state = F_NONE;
+}
+
+/* "/proc/self/fd/DIRFD" resolved, then "/NAME": where a file or folder is; false when too long. */
+static bool where_at(int dirfd, const char *name, char out[PATH_MAX])
+{
+    char link[64];
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", dirfd);
+    ssize_t n = readlink(link, out, PATH_MAX - 1);
+    if (n <= 0) return false;
+    size_t m = strlen(name);
+    if ((size_t)n + 1 + m >= PATH_MAX) return false;
+    if (!(n == 1 && out[0] == '/')) out[n++] = '/';
+    memcpy(out + n, name, m + 1);
+    return true;
+}
+
+/* PATH is DIR or inside it */
+static bool inside(const char *path, const char *dir)
+{
+    size_t n = strlen(dir);
+    return !strncmp(path, dir, n) && (path[n] == '/' || path[n] == '\0');
+}
+
+/* Before anything is renamed: no output replaces an input (by device and inode, so also
+ * through a link), no two outputs share a name, no output file or input lies inside a folder
+ * that is replaced whole, and every folder may still be replaced. */
+static int precheck(struct ps_diag *diag)
+{
+    const struct ps_file_input *in;
+    int n_in = ps_file_inputs(&in);
+    for (int k = 0; k < defer.n; k++) {
+        struct pending *p = &defer.files[k];
+        struct stat st, a, b;
+        if (fstatat(p->dirfd, p->name, &st, 0) == 0)
+            for (int j = 0; j < n_in; j++)
+                if (in[j].dev == (uint64_t)st.st_dev && in[j].ino == (uint64_t)st.st_ino) {
+                    ps_diag_set(diag, -EEXIST, p->path, "input file is the same as output file");
+                    ps_diag_hint(diag, "give the output another name; pipescope does not replace "
+                                       "what it reads");
+                    return -EEXIST;
+                }
+        for (int j = 0; j < k; j++) {
+            struct pending *q = &defer.files[j];
+            if (!strcmp(p->name, q->name) && fstat(p->dirfd, &a) == 0 && fstat(q->dirfd, &b) == 0 &&
+                a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+                ps_diag_set(diag, -EEXIST, p->path, "is named by two outputs of this command (also "
+                                                    "as '%s'); one would be lost", q->path);
+                ps_diag_hint(diag, "give each output its own name");
+                return -EEXIST;
+            }
+        }
+    }
+    for (int k = 0; k < defer.n_folders; k++) {
+        struct folder *f = &defer.folders[k];
+        char dir[PATH_MAX], at[PATH_MAX];
+        if (!where_at(f->dirfd, f->name, dir)) continue;
+        for (int j = 0; j < n_in; j++)
+            if (in[j].real && inside(in[j].real, dir)) {
+                ps_diag_set(diag, -EEXIST, f->path, "holds an input of this command (%s); pipescope "
+                                                    "replaces the folder whole", in[j].real);
+                ps_diag_hint(diag, "give the output folder another name");
+                return -EEXIST;
+            }
+        for (int j = 0; j < defer.n; j++)
+            if (where_at(defer.files[j].dirfd, defer.files[j].name, at) && inside(at, dir)) {
+                ps_diag_set(diag, -EEXIST, defer.files[j].path,
+                            "is inside the output folder %s, which pipescope replaces whole", f->path);
+                ps_diag_hint(diag, "write it outside that folder");
+                return -EEXIST;
+            }
+        int rc = check_replaceable(f->dirfd, f->name, f->path, diag);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* Commits everything or nothing (O4): checks first, then swaps the folders in (each can be
+ * swapped back), then renames the files; only then is what the folders replaced removed. */
+static int commit_all(struct ps_diag *diag)
+{
+    int rc = precheck(diag), k = 0;
+    for (; rc == 0 && k < defer.n_folders; k++) rc = folder_swap(&defer.folders[k], diag);
+    if (rc) {
+        while (k-- > 0) folder_unswap(&defer.folders[k]);
+        return rc;
+    }
+    for (k = 0; k < defer.n; k++) {
+        struct pending *p = &defer.files[k];
+        if (renameat(p->dirfd, p->tmp, p->dirfd, p->name) != 0) {
+            rc = diag_errno(diag, errno, p->path, "cannot write the file");
+            for (int j = defer.n_folders - 1; j >= 0; j--) folder_unswap(&defer.folders[j]);
+            return rc;
+        }
+        p->done = true;
+    }
     return 0;
 }
 
 int ps_out_defer_end(bool commit, struct ps_diag *diag)
 {
-    int rc = 0;
+    int rc = commit ? commit_all(diag) : 0;
     for (int k = 0; k < defer.n; k++) {
         struct pending *p = &defer.files[k];
-        bool done = false;
-        if (commit && rc == 0) {
-            if (renameat(p->dirfd, p->tmp, p->dirfd, p->name) == 0) done = true;
-            else rc = diag_errno(diag, errno, p->path, "cannot write the file");
-        }
-        if (!done) unlinkat(p->dirfd, p->tmp, 0);
+        if (!p->done) unlinkat(p->dirfd, p->tmp, 0);
         reg_del(p->slot);
         close(p->dirfd);
         free(p->tmp);
@@ -498,12 +778,12 @@ int ps_out_defer_end(bool commit, struct ps_diag *diag)
     }
     for (int k = 0; k < defer.n_folders; k++) {
         struct folder *f = &defer.folders[k];
-        bool done = false;
-        if (commit && rc == 0) {
-            rc = folder_commit(f, diag);
-            done = rc == 0;
+        if (f->state == F_NONE || f->state == F_EXCHANGED)
+            remove_tree_at(f->dirfd, f->tmp); /* the twin, or the old DIR exchanged with it */
+        if (f->state == F_MOVED) {
+            remove_tree_at(f->dirfd, f->old);
+            reg_del(f->old_slot);
         }
-        if (!done) remove_tree_at(f->dirfd, f->tmp, 0); /* not swapped in: the twin goes */
         folder_free(f);
     }
     drop_parents();
@@ -522,7 +802,7 @@ static int defer_add(struct ps_out *o)
         defer.files = p;
         defer.cap = nc;
     }
-    defer.files[defer.n++] = (struct pending){o->dirfd, o->slot, o->tmp, o->name, o->path};
+    defer.files[defer.n++] = (struct pending){o->dirfd, o->slot, o->tmp, o->name, o->path, false};
     return 0;
 }
 
@@ -580,6 +860,41 @@ static int classify(const char *path, char **real, struct stat *st, struct ps_di
     return 0;
 }
 
+/* The descriptor a name stands for: /dev/stdin, /dev/stdout, /dev/stderr, /dev/fd/N,
+ * /proc/self/fd/N (or a link to one of them). -1 for any other name. Such a name is the
+ * descriptor the shell set up (`>> log` appends), never the file behind it to rename over. */
+static int fd_alias(const char *path)
+{
+    static const char *const pre[] = {"/dev/fd/", "/proc/self/fd/", "/proc/thread-self/fd/"};
+    char cur[PATH_MAX], link[PATH_MAX];
+    if (strlen(path) >= sizeof(cur)) return -1;
+    strcpy(cur, path);
+    for (int hop = 0; hop < 40; hop++) {
+        if (!strcmp(cur, "/dev/stdin")) return 0;
+        if (!strcmp(cur, "/dev/stdout")) return 1;
+        if (!strcmp(cur, "/dev/stderr")) return 2;
+        for (size_t k = 0; k < sizeof(pre) / sizeof(pre[0]); k++) {
+            size_t n = strlen(pre[k]);
+            if (strncmp(cur, pre[k], n) || !cur[n]) continue;
+            char *end;
+            long v = strtol(cur + n, &end, 10);
+            if (*end == '\0' && v >= 0 && v < INT_MAX && cur[n] >= '0' && cur[n] <= '9') return (int)v;
+        }
+        ssize_t m = readlink(cur, link, sizeof(link) - 1);
+        if (m <= 0) return -1;
+        link[m] = '\0';
+        if (link[0] == '/') {
+            strcpy(cur, link);
+        } else { /* relative to the link's folder */
+            char *slash = strrchr(cur, '/');
+            size_t keep = slash ? (size_t)(slash - cur) + 1 : 0;
+            if (keep + (size_t)m >= sizeof(cur)) return -1;
+            memcpy(cur + keep, link, (size_t)m + 1);
+        }
+    }
+    return -1;
+}
+
 static bool straight_through(const struct stat *st)
 {
     return S_ISCHR(st->st_mode) || S_ISFIFO(st->st_mode) || S_ISSOCK(st->st_mode);
@@ -591,6 +906,18 @@ int ps_out_open(struct ps_out *o, const char *path, struct ps_diag *diag)
     o->slot = -1;
     if (!path || strcmp(path, "-") == 0) {
         o->f = stdout;
+        return 0;
+    }
+    int alias = fd_alias(path);
+    if (alias >= 0) {
+        int fd = fcntl(alias, F_DUPFD_CLOEXEC, 3);
+        if (fd < 0 || !(o->f = fdopen(fd, "w"))) {
+            int e = errno;
+            if (fd >= 0) close(fd);
+            return diag_errno(diag, e, path, "cannot open for writing");
+        }
+        o->path = strdup(path);
+        o->direct = true;
         return 0;
     }
     char *real;
@@ -628,7 +955,13 @@ int ps_out_open(struct ps_out *o, const char *path, struct ps_diag *diag)
     int fd = -1;
     for (int tries = 0; rc == 0 && fd < 0; tries++) {
         temp_name(o->name, tmp);
+        sigset_t held;
+        hold_signals(&held);
         fd = openat(o->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        int e = errno;
+        if (fd >= 0) o->slot = reg_add(R_FILE, o->dirfd, tmp);
+        release_signals(&held);
+        errno = e;
         if (fd < 0 && (errno != EEXIST || tries > 100)) {
             rc = diag_errno(diag, errno, path, "cannot create the file");
             ps_diag_hint(diag, "check that the folder is writable");
@@ -640,7 +973,6 @@ int ps_out_open(struct ps_out *o, const char *path, struct ps_diag *diag)
         out_free(o);
         return rc;
     }
-    o->slot = reg_add(R_FILE, o->dirfd, tmp);
     o->tmp = strdup(tmp);
     mode_t mode = 0644;
     if (S_ISREG(st.st_mode)) mode = st.st_mode & 07777;
@@ -745,6 +1077,13 @@ int ps_out_write(const char *path, int (*write)(FILE *f, void *ctx, struct ps_di
 int ps_out_check(const char *path, struct ps_diag *diag)
 {
     if (!path || strcmp(path, "-") == 0) return 0;
+    int alias = fd_alias(path);
+    if (alias >= 0) {
+        int fl = fcntl(alias, F_GETFL);
+        if (fl < 0) return diag_errno(diag, errno, path, "cannot open for writing");
+        if ((fl & O_ACCMODE) == O_RDONLY) return diag_errno(diag, EBADF, path, "cannot open for writing");
+        return 0;
+    }
     char *real;
     struct stat st;
     int rc = classify(path, &real, &st, diag);
@@ -767,13 +1106,18 @@ int ps_out_check(const char *path, struct ps_diag *diag)
         /* the same temporary file the write will make, made and removed now */
         char tmp[NAME_MAX + 1];
         temp_name(base, tmp);
+        sigset_t held;
+        hold_signals(&held); /* the probe exists only while signals wait */
         int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-        if (fd < 0) {
-            rc = diag_errno(diag, errno, path, "cannot create the file");
-            ps_diag_hint(diag, "check that the folder is writable");
-        } else {
+        int e = errno;
+        if (fd >= 0) {
             close(fd);
             unlinkat(dirfd, tmp, 0);
+        }
+        release_signals(&held);
+        if (fd < 0) {
+            rc = diag_errno(diag, e, path, "cannot create the file");
+            ps_diag_hint(diag, "check that the folder is writable");
         }
     }
     if (dirfd >= 0) close(dirfd);

@@ -55,6 +55,9 @@ struct ps_cmd {
 
 /* Prints "pipescope: <where>: <message>" on stderr and returns PS_EXIT_INPUT (or `code`). */
 int ps_cli_fail(const struct ps_diag *d, int code);
+/* Error lines name `user` (an output folder as given) where they would name `twin` (the
+ * temporary twin its files are written into). */
+void ps_cli_alias_folder(const char *twin, const char *user);
 int ps_cli_usage(const struct ps_cli *cli, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void ps_cli_warn(const struct ps_cli *cli, const char *fmt, ...)

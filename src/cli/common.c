@@ -6,10 +6,61 @@
 
 #include "src/cli/cli.h"
 
+/* Prints "PREFIX" and the formatted text as one line, escaped as an error line is
+ * (src/diag.c: no control character or invalid UTF-8 from a user's value reaches stderr raw). */
+static void print_line(const char *prefix, const char *fmt, va_list ap, const char *suffix)
+{
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    vsnprintf(d.msg, sizeof(d.msg), fmt, ap);
+    char buf[4 * PS_DIAG_MSG_MAX];
+    fprintf(stderr, "%s%s%s\n", prefix, ps_diag_format(&d, buf, sizeof(buf)), suffix);
+}
+
+/* Output folders' temporary twins and the names the user gave them, for the error lines. */
+static struct { char *twin, *user; } aliases[8];
+static int n_aliases;
+
+void ps_cli_alias_folder(const char *twin, const char *user)
+{
+    for (int k = 0; k < n_aliases; k++)
+        if (twin && !strcmp(aliases[k].twin, twin)) return;
+    if (!twin || !user || n_aliases == (int)(sizeof(aliases) / sizeof(aliases[0]))) return;
+    /* copies: the twin's name is freed when the outputs are committed, before the last error */
+    char *t = strdup(twin), *u = strdup(user);
+    if (!t || !u) {
+        free(t);
+        free(u);
+        return;
+    }
+    aliases[n_aliases].twin = t;
+    aliases[n_aliases++].user = u;
+}
+
+/* s (len bytes of room) with every twin's name replaced by the user's */
+static void unalias(char *s, size_t len)
+{
+    for (int k = 0; k < n_aliases; k++) {
+        size_t tl = strlen(aliases[k].twin), ul = strlen(aliases[k].user);
+        char *p = s;
+        while ((p = strstr(p, aliases[k].twin))) {
+            size_t rest = strlen(p + tl);
+            if ((size_t)(p - s) + ul + rest + 1 > len) break;
+            memmove(p + ul, p + tl, rest + 1);
+            memcpy(p, aliases[k].user, ul);
+            p += ul;
+        }
+    }
+}
+
 int ps_cli_fail(const struct ps_diag *d, int code)
 {
-    char buf[PS_DIAG_WHERE_MAX + 2 * PS_DIAG_MSG_MAX + 32];
-    fprintf(stderr, "pipescope: %s\n", ps_diag_format(d, buf, sizeof(buf)));
+    char buf[4 * (PS_DIAG_WHERE_MAX + 2 * PS_DIAG_MSG_MAX + 32)];
+    struct ps_diag named = *d; /* errors name DIR, never its temporary twin */
+    unalias(named.where, sizeof(named.where));
+    unalias(named.msg, sizeof(named.msg));
+    unalias(named.hint, sizeof(named.hint));
+    fprintf(stderr, "pipescope: %s\n", ps_diag_format(&named, buf, sizeof(buf)));
     return code ? code : PS_EXIT_INPUT;
 }
 
@@ -17,9 +68,10 @@ int ps_cli_usage(const struct ps_cli *cli, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "pipescope %s: ", cli->cmd);
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, " (see 'pipescope help %s')\n", cli->cmd);
+    char prefix[64], suffix[64];
+    snprintf(prefix, sizeof(prefix), "pipescope %s: ", cli->cmd);
+    snprintf(suffix, sizeof(suffix), " (see 'pipescope help %s')", cli->cmd);
+    print_line(prefix, fmt, ap, suffix);
     va_end(ap);
     return PS_EXIT_INPUT;
 }
@@ -29,9 +81,7 @@ void ps_cli_warn(const struct ps_cli *cli, const char *fmt, ...)
     if (cli->verbosity < 0) return;
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "pipescope: warning: ");
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    print_line("pipescope: warning: ", fmt, ap, "");
     va_end(ap);
 }
 

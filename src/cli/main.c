@@ -4,6 +4,8 @@
  */
 #include <stdbool.h>
 #include <malloc.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -369,11 +371,55 @@ static int prepare_outputs(const struct ps_cmd *cmd, struct ps_cli *cli)
             const char *w;
             if (outputs[j].folder ? ps_out_folder(v, &w, &d) : ps_out_check(v, &d))
                 return ps_cli_fail(&d, PS_EXIT_INPUT);
+            if (outputs[j].folder) ps_cli_alias_folder(w, v);
         }
     }
     if (cmd->outdir && cli->outdir && ps_out_folder(cli->outdir, &cli->outdir_files, &d))
         return ps_cli_fail(&d, PS_EXIT_INPUT);
+    if (cli->outdir_files) ps_cli_alias_folder(cli->outdir_files, cli->outdir);
     return 0;
+}
+
+/* The first option of the command's own given a second time, or NULL: each takes one value,
+ * except those the command says to repeat. */
+static const char *repeated_option(const struct ps_cmd *cmd, int n, char **argv)
+{
+    static const struct {
+        const char *cmd, *opt;
+    } repeatable[] = {{"compare", "--measured"}, {"calibrate", "--run"}, {"calibrate", "--holdout"}};
+    for (int k = 0; k < n; k++) {
+        if (strncmp(argv[k], "--", 2) || !argv[k][2]) continue;
+        size_t len = strcspn(argv[k], "=");
+        bool ok = false;
+        for (size_t r = 0; r < sizeof(repeatable) / sizeof(repeatable[0]); r++)
+            ok |= !strcmp(cmd->name, repeatable[r].cmd) && strlen(repeatable[r].opt) == len &&
+                  !strncmp(argv[k], repeatable[r].opt, len);
+        if (ok) continue;
+        for (int j = 0; j < k; j++)
+            if (strcspn(argv[j], "=") == len && !strncmp(argv[j], argv[k], len)) return argv[k];
+    }
+    return NULL;
+}
+
+/* Open files: Graphviz's plugins, an output's folder and its temporary, the executors' trace
+ * files. Below PS_MIN_FILES a command would fail in some later step with a misleading message
+ * (a missing Graphviz plugin), so the soft limit is raised towards the hard one, or refused. */
+#define PS_MIN_FILES 64
+static bool enough_files(const struct ps_cmd *cmd)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= 1024)
+        return true;
+    rlim_t want = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > 1024 ? 1024 : rl.rlim_max;
+    if (want > rl.rlim_cur) {
+        rl.rlim_cur = want;
+        setrlimit(RLIMIT_NOFILE, &rl);
+        getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur >= PS_MIN_FILES) return true;
+    fprintf(stderr, "pipescope %s: only %llu open files allowed (ulimit -n); pipescope needs at "
+            "least %d\n", cmd->name, (unsigned long long)rl.rlim_cur, PS_MIN_FILES);
+    return false;
 }
 
 static void usage(FILE *f)
@@ -446,6 +492,11 @@ int main(int argc, char **argv)
                 fprintf(stderr, "pipescope %s: option %s needs a value\n", cmd->name, a);
                 return PS_EXIT_INPUT;
             }
+            if (*slot) {
+                fprintf(stderr, "pipescope %s: option %s given twice; it takes one value\n",
+                        cmd->name, a);
+                return PS_EXIT_INPUT;
+            }
             *slot = argv[++k];
             continue;
         }
@@ -456,7 +507,23 @@ int main(int argc, char **argv)
             cli.spec_path = a;
         else if (nrest < (int)(sizeof(rest) / sizeof(rest[0])))
             rest[nrest++] = argv[k];
+        else {
+            fprintf(stderr, "pipescope %s: more than %zu arguments\n", cmd->name,
+                    sizeof(rest) / sizeof(rest[0]));
+            return PS_EXIT_INPUT;
+        }
     }
+    if (!enough_files(cmd)) return PS_EXIT_INPUT;
+    const char *twice = repeated_option(cmd, nrest, rest);
+    if (twice) {
+        fprintf(stderr, "pipescope %s: option %.*s given twice; it takes one value\n", cmd->name,
+                (int)strcspn(twice, "="), twice);
+        return PS_EXIT_INPUT;
+    }
+    /* a closed pipe or a file size limit is a write error that removes the temporaries, not
+       a death that leaves them */
+    signal(SIGPIPE, SIG_IGN);
+    signal(SIGXFSZ, SIG_IGN);
     cli.argc = nrest;
     cli.argv = rest;
     /* every output of a command appears when it ends, or none when it fails; output folders
