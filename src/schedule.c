@@ -108,9 +108,9 @@ int ps_schedule_pytorch_note(enum ps_schedule kind, int S, int m, int vs, char *
     if (kind == PS_SCHED_1F1B && m < S)
         return snprintf(buf, len,
                         "PyTorch's Schedule1F1B refuses %d micro-batches on %d stages (ValueError "
-                        "\"1F1B requires at least one microbatch per stage\"): this program runs "
-                        "in pipescope only",
-                        m, S) > 0;
+                        "\"Number of microbatches (%d) must be greater than or equal to the "
+                        "number of stages (%d).\"): this program runs in pipescope only",
+                        m, S, m, S) > 0;
     bool rounds = kind == PS_SCHED_INTERLEAVED || kind == PS_SCHED_INTERLEAVED_ZB ||
                   kind == PS_SCHED_ZBH1;
     if (!rounds || vs < 1 || S % vs != 0 || m < 1) return 0;

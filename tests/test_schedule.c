@@ -16,6 +16,7 @@
 #include <errno.h>
 
 #include "src/analysis.h"
+#include "src/file.h"
 #include "tests/sim_fixture.h"
 
 static void plan_str(const struct ps_plan *p, int lane, char *out, size_t len)
@@ -274,6 +275,109 @@ static void test_pytorch_orders(void **state)
     assert_true(n >= 100);
 }
 
+/* The programs PyTorch's own code computes (tests/golden/sched/pytorch/<name>.txt.gz, written by
+ * gen_sched_pytorch.py from the real schedules.py with its imports stubbed: pipeline_order for
+ * the multi-stage classes, the recorded _step_microbatches loop for ScheduleGPipe and
+ * Schedule1F1B), p 2..8, v 1..4, m 1..4pv. Every case PyTorch builds equals pipescope's program
+ * action for action; every case a PyTorch constructor refuses is one pipescope warns about
+ * (ps_schedule_pytorch_note) or refuses itself. */
+static int compare_case(const char *name, int p, int v, int m, const char *rows, bool refused,
+                        int *warned)
+{
+    bool vee = strcmp(name, "zb-v") == 0 || strcmp(name, "dualpipe-v") == 0;
+    /* PyTorch's interleaved zero bubble at one stage per rank is pipescope's zb-h1 */
+    const char *ps = strcmp(name, "interleaved-zb") == 0 && v == 1 ? "zb-h1" : name;
+    int S = p * v;
+    struct fx f;
+    struct ps_diag d;
+    int rc = fx_load(&f, ps, m, S, vee ? 1 : v, "never", "plain", &d);
+    if (refused) {
+        char note[512];
+        int k = rc == 0 ? ps_schedule_pytorch_note(f.spec->schedule, S, m, vee ? 2 : v,
+                                                   note, sizeof(note))
+                        : 0;
+        fx_free(&f);
+        if (rc == 0 && k == 1) (*warned)++;
+        if (rc != 0 || k == 1) return 0;
+        fprintf(stderr, "%s p=%d v=%d m=%d: PyTorch refuses it, pipescope runs it silently\n",
+                name, p, v, m);
+        return 1;
+    }
+    if (rc) {
+        fprintf(stderr, "%s p=%d v=%d m=%d: %s: %s\n", name, p, v, m, d.where, d.msg);
+        fx_free(&f);
+        return 1;
+    }
+    struct ps_variant o;
+    ps_variant_from_spec(f.spec, &o);
+    struct ps_plan plan;
+    int bad = 1;
+    if (ps_schedule_plan(f.spec, &o, &plan, &d) == 0) {
+        char *got = ps_plan_csv(&plan);
+        for (char *c = got; *c; c++)
+            if (*c == ',') *c = ' ';
+        bad = strcmp(got, rows) != 0;
+        if (bad) fprintf(stderr, "%s p=%d v=%d m=%d:\n got  %s want %s", name, p, v, m, got, rows);
+        free(got);
+        ps_plan_finish(&plan);
+    }
+    fx_free(&f);
+    return bad;
+}
+
+static void test_pytorch_source_orders(void **state)
+{
+    (void)state;
+    static const char *names[] = {"pytorch-gpipe", "1f1b", "looped-bfs", "interleaved-1f1b",
+                                  "interleaved-zb", "zb-v", "dualpipe-v"};
+    const char *root = getenv("PS_SOURCE_ROOT");
+    int cases = 0, refusals = 0, warned = 0, bad = 0;
+    for (size_t k = 0; k < sizeof(names) / sizeof(*names); k++) {
+        char path[1200];
+        snprintf(path, sizeof(path), "%s/tests/golden/sched/pytorch/%s.txt.gz", root ? root : ".",
+                 names[k]);
+        struct ps_file_opts fo = {.gzip = true};
+        struct ps_diag d;
+        char *text = NULL;
+        size_t len = 0;
+        int rc = ps_file_read(path, &fo, &text, &len, &d);
+        if (rc) fprintf(stderr, "%s: %s\n", path, d.msg);
+        assert_int_equal(rc, 0);
+        char *line = text;
+        while (*line) {
+            char *end = strchr(line, '\n');
+            assert_non_null(end);
+            *end = 0;
+            int p, v, m;
+            if (sscanf(line, "refused p=%d v=%d m=%d:", &p, &v, &m) == 3) {
+                refusals++;
+                bad += compare_case(names[k], p, v, m, NULL, true, &warned);
+                line = end + 1;
+                continue;
+            }
+            assert_int_equal(sscanf(line, "case p=%d v=%d m=%d", &p, &v, &m), 3);
+            /* the p rank lines that follow, joined as ps_plan_csv writes them */
+            char *rows = end + 1, *r = rows;
+            for (int i = 0; i < p; i++) {
+                char *e = strchr(r, '\n');
+                assert_non_null(e);
+                r = e + 1;
+            }
+            char save = *r;
+            *r = 0;
+            bad += compare_case(names[k], p, v, m, rows, false, &warned);
+            *r = save;
+            cases++;
+            line = r;
+        }
+        free(text);
+    }
+    fprintf(stderr, "PyTorch's schedules: %d programs compared, %d refusals (%d warned), %d differ\n",
+            cases, refusals, warned, bad);
+    assert_true(cases >= 3000);
+    assert_int_equal(bad, 0);
+}
+
 /* PyTorch's own artifacts read as schedules: idle cells skipped, the graph runs */
 static void test_pytorch_artifacts(void **state)
 {
@@ -413,8 +517,8 @@ static void test_pytorch_refusals(void **state)
     char b[320];
     assert_int_equal(ps_schedule_pytorch_note(PS_SCHED_1F1B, 4, 3, 1, b, sizeof(b)), 1);
     assert_string_equal(b, "PyTorch's Schedule1F1B refuses 3 micro-batches on 4 stages (ValueError "
-                           "\"1F1B requires at least one microbatch per stage\"): this program "
-                           "runs in pipescope only");
+                           "\"Number of microbatches (3) must be greater than or equal to the "
+                           "number of stages (4).\"): this program runs in pipescope only");
     assert_int_equal(ps_schedule_pytorch_note(PS_SCHED_1F1B, 4, 4, 1, b, sizeof(b)), 0);
     assert_string_equal(b, "");
     assert_int_equal(ps_schedule_pytorch_note(PS_SCHED_ZBH1, 4, 9, 1, b, sizeof(b)), 1);
@@ -452,6 +556,7 @@ int main(void)
         cmocka_unit_test(test_hand_plan_and_deadlock),
         cmocka_unit_test(test_gpipe_optimizer),
         cmocka_unit_test(test_pytorch_orders),
+        cmocka_unit_test(test_pytorch_source_orders),
         cmocka_unit_test(test_pytorch_artifacts),
         cmocka_unit_test(test_csv_errors),
         cmocka_unit_test(test_backward_promise),
