@@ -75,8 +75,14 @@ static bool run_progress(void *ctx, double done, double total)
     if (p->update) p->update(p->ctx, frac, 0, 0, NULL);
     if (dg->opts.budget_s <= 0) return true;
     double el = now_s() - dg->bud.phase_t0;
+    ps_eta_observe(&dg->bud.eta, el, done, total);
     if (el < 1.0 || !(frac > 0)) return true;
-    double eta_total = el / frac;
+    double eta_total = ps_eta_total(&dg->bud.eta);
+    /* no estimate yet: stop only once the run is already past its time */
+    if (!isfinite(eta_total)) {
+        if (dg->bud.phase_t0 + el <= dg->bud.deadline + dg->bud.slack) return true;
+        eta_total = el / frac;
+    }
     if (dg->bud.phase_t0 + eta_total <= dg->bud.deadline + dg->bud.slack) return true;
     dg->bud.stopped = true;
     dg->bud.eta_total = eta_total;
@@ -306,6 +312,7 @@ void ps_diagnose_execute(struct ps_diagnose *dg)
             dg->bud.stopped = false;
             eo.progress = run_progress;
             eo.progress_ctx = dg;
+            ps_eta_init(&dg->bud.eta);
             begin(dg, "cpu run");
             rrc = ps_exec_run(dg->g, dg->order, &eo, &r->res, &rd);
             double est_step = dg->bud.eta_total / dg->run_steps;
@@ -314,6 +321,8 @@ void ps_diagnose_execute(struct ps_diagnose *dg)
                 dg->bud.stopped = false;
                 eo.steps = 1;
                 ps_diag_clear(&rd);
+                ps_eta_init(&dg->bud.eta);
+                dg->bud.phase_t0 = now_s();
                 rrc = ps_exec_run(dg->g, dg->order, &eo, &r->res, &rd);
                 if (!rrc)
                     reduced(dg,
@@ -477,6 +486,7 @@ void ps_diagnose_adaptation(struct ps_diagnose *dg)
         dg->bud.stopped = false;
         fo.progress = run_progress;
         fo.progress_ctx = dg;
+        ps_eta_init(&dg->bud.eta);
         begin(dg, "BN adaptation pass");
         struct ps_exec_result fr;
         struct ps_diag fd;
