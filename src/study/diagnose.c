@@ -72,12 +72,15 @@ static bool run_progress(void *ctx, double done, double total)
     struct ps_diagnose *dg = ctx;
     const struct ps_study_progress *p = &dg->opts.progress;
     double frac = total > 0 ? done / total : 0;
-    if (p->update) p->update(p->ctx, frac, 0, 0, NULL);
-    if (dg->opts.budget_s <= 0) return true;
     double el = now_s() - dg->bud.phase_t0;
     ps_eta_observe(&dg->bud.eta, el, done, total);
-    if (el < 1.0 || !(frac > 0)) return true;
     double eta_total = ps_eta_total(&dg->bud.eta);
+    /* the progress line's ETA from the same estimate (the work fraction would repeat the
+       first task's one-time costs over the whole run) */
+    if (p->update)
+        p->update(p->ctx, isfinite(eta_total) && eta_total > 0 ? fmin(el / eta_total, 1) : 0, 0, 0, NULL);
+    if (dg->opts.budget_s <= 0) return true;
+    if (el < 1.0 || !(frac > 0)) return true;
     /* no estimate yet: stop only once the run is already past its time */
     if (!isfinite(eta_total)) {
         if (dg->bud.phase_t0 + el <= dg->bud.deadline + dg->bud.slack) return true;
