@@ -279,6 +279,9 @@ static void compare_brute(const struct ps_spec *spec, const struct ps_model *mod
         check_front(&a);
         /* 7 layers: every balance fits ADVISE_MAX_BALANCES, so the search claims exhaustive */
         assert_true(a.exhaustive);
+        /* every configuration counted once: simulated (fit or over the cap), pruned by bounds,
+           or cannot run (as the report prints them) */
+        assert_int_equal(a.n_configs, a.n_simulated + a.n_pruned + a.n_skipped);
         printf("cap %.0f %s: %d configurations, %d simulated, %d pruned, %s; brute-force front %d "
                "points\n", cap, np ? "unpruned" : "pruned", a.n_configs, a.n_simulated, a.n_pruned,
                a.exhaustive ? "exhaustive" : "not exhaustive", nf);

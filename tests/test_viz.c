@@ -21,6 +21,7 @@
 
 #include <cmocka.h>
 
+#include "viz/report.h"
 #include "viz/viz.h"
 #include "tests/viz_fixture.h"
 #include "src/schedule.h"
@@ -899,6 +900,18 @@ static void test_out_atomic(void **state)
     assert_int_equal(count_dir_entries("atomic.txt"), 1);
 }
 
+/* a time under 1 us keeps its digits: seed 2's simulated forward (0.007 us) read "0.0 us" beside
+   a recompute share of 44.3% of it */
+static void test_time_small(void **state)
+{
+    (void)state;
+    char b[32];
+    assert_string_equal(ps_viz_time(0.007, b, sizeof(b)), "0.007 us");
+    assert_string_equal(ps_viz_time(0, b, sizeof(b)), "0.0 us");
+    assert_string_equal(ps_viz_time(16.009, b, sizeof(b)), "16.0 us");
+    assert_string_equal(ps_viz_time(1500, b, sizeof(b)), "1.50 ms");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -915,6 +928,7 @@ int main(void)
         cmocka_unit_test(test_lines),
         cmocka_unit_test(test_lines_units_legend),
         cmocka_unit_test(test_out_atomic),
+        cmocka_unit_test(test_time_small),
     };
     int rc = cmocka_run_group_tests(tests, group_setup, group_teardown);
     if (rc == 0 && g_regenerated) {
