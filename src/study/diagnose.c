@@ -351,6 +351,11 @@ void ps_diagnose_execute(struct ps_diagnose *dg)
         }
         if (rrc) {
             ps_diag_format(&rd, r->why, sizeof(r->why));
+            /* the examples' real data set comes with Debian's scikit-learn */
+            size_t wl = strlen(r->why);
+            if (strstr(r->why, "/sklearn/") && wl + 60 < sizeof(r->why))
+                snprintf(r->why + wl, sizeof(r->why) - wl,
+                         " (hint: apt-get install python3-sklearn ships it)");
             warn(dg, "%s run failed: %s", r->name, r->why);
             continue;
         }
@@ -408,7 +413,14 @@ void ps_diagnose_drift(struct ps_diagnose *dg)
             char all[256] = "";
             for (int k = 0, o2 = 0; k < nl && o2 < 240; k++)
                 o2 += snprintf(all + o2, sizeof(all) - (size_t)o2, "%s%d", k ? "," : "", list[k]);
-            if (!isfinite(step_s) || left < 3 * step_s) {
+            /* a CPU run that failed (not stopped for time): the sweep would fail the same way */
+            bool cpu_failed = !dg->runs[0].ok && dg->runs[0].why[0] && !dg->bud.stopped;
+            if (cpu_failed) {
+                drift_fits = false;
+                snprintf(dg->drift_why, sizeof(dg->drift_why),
+                         "skipped: it trains as the CPU run does, and that run failed: %.300s",
+                         dg->runs[0].why);
+            } else if (!isfinite(step_s) || left < 3 * step_s) {
                 drift_fits = false;
                 snprintf(dg->drift_why, sizeof(dg->drift_why),
                          "skipped to fit the time budget of %.0f s%s", dg->opts.budget_s,
