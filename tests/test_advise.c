@@ -267,6 +267,43 @@ static void search(const struct ps_spec *spec, const struct ps_model *model, dou
     assert_int_equal(rc, 0);
 }
 
+/* pareto.svg: the memory cap is drawn first (beneath every marker), the spec and the
+   recommendation last (on top), and each entry keeps a fixed look: "your spec" always in the
+   palette's fourth colour, the cap in its sixth, whichever other series are drawn */
+static void check_plot(const struct ps_advise *a)
+{
+    char path[] = "/tmp/ps_test_pareto_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    struct ps_diag d;
+    ps_diag_clear(&d);
+    assert_int_equal(ps_advise_plot(a, path, &d), 0);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    static char svg[1 << 20];
+    size_t n = fread(svg, 1, sizeof(svg) - 1, f);
+    svg[n] = 0;
+    fclose(f);
+    unlink(path);
+    const char *leg = strstr(svg, "<g id=\"legend\">");
+    assert_non_null(leg);
+    const char *cap = strstr(leg, ">memory cap<"), *spec = strstr(leg, ">your spec<"),
+               *front = strstr(leg, ">Pareto front");
+    assert_non_null(cap);
+    assert_non_null(spec);
+    assert_non_null(front);
+    assert_true(cap < front && front < spec);
+    /* the legend line just before each name carries its colour */
+    const char *want[2][2] = {{">memory cap<", "#edc948"}, {">your spec<", "#76b7b2"}};
+    for (int k = 0; k < 2; k++) {
+        const char *at = strstr(leg, want[k][0]), *c = NULL;
+        for (const char *q = leg; (q = strstr(q, "stroke=\"#")) && q < at; q++) c = q;
+        assert_non_null(c);
+        assert_memory_equal(c + 8, want[k][1], 7);
+    }
+}
+
 static void compare_brute(const struct ps_spec *spec, const struct ps_model *model, double cap)
 {
     static struct bf front[4096];
@@ -279,6 +316,9 @@ static void compare_brute(const struct ps_spec *spec, const struct ps_model *mod
         check_front(&a);
         /* 7 layers: every balance fits ADVISE_MAX_BALANCES, so the search claims exhaustive */
         assert_true(a.exhaustive);
+        /* every configuration counted once: simulated (fit or over the cap), pruned by bounds,
+           or cannot run (as the report prints them) */
+        assert_int_equal(a.n_configs, a.n_simulated + a.n_pruned + a.n_skipped);
         printf("cap %.0f %s: %d configurations, %d simulated, %d pruned, %s; brute-force front %d "
                "points\n", cap, np ? "unpruned" : "pruned", a.n_configs, a.n_simulated, a.n_pruned,
                a.exhaustive ? "exhaustive" : "not exhaustive", nf);
@@ -339,6 +379,7 @@ static void compare_brute(const struct ps_spec *spec, const struct ps_model *mod
         const struct ps_advise_point *r = &a.points[a.recommended];
         assert_true(r->throughput == best.thr);
         assert_true(r->peak_bytes == best.peak);
+        if (cap > 0) check_plot(&a);
         ps_advise_finish(&a);
     }
 }

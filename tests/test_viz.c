@@ -21,6 +21,7 @@
 
 #include <cmocka.h>
 
+#include "viz/report.h"
 #include "viz/viz.h"
 #include "tests/viz_fixture.h"
 #include "src/schedule.h"
@@ -720,7 +721,7 @@ static void test_lines(void **state)
     double x[6] = {1, 2, 4, 8, 16, 32};
     double y1[6] = {1.5, 1.2, 1.0, 0.9, 0.85, 0.84};
     double y2[6] = {0.1, NAN, 0.3, 0.35, 0.4, 0.41};
-    struct ps_plot_series s[2] = {{"plain BN", y1}, {"deferred <BN>", y2}};
+    struct ps_plot_series s[2] = {{"plain BN", y1, 0}, {"deferred <BN>", y2, 0}};
     struct ps_line_plot p = {.title = "drift", .xlabel = "chunks", .ylabel = "error",
                              .n = 6, .x = x, .log2_x = true, .y_zero = true, .n_series = 2,
                              .series = s};
@@ -740,7 +741,7 @@ static void test_lines(void **state)
     free(b);
     /* linear axis, constant series, empty plot */
     double yc[6] = {2, 2, 2, 2, 2, 2};
-    struct ps_plot_series sc = {"const", yc};
+    struct ps_plot_series sc = {"const", yc, 0};
     p.log2_x = false;
     p.y_zero = false;
     p.series = &sc;
@@ -766,7 +767,7 @@ static void test_lines_units_legend(void **state)
     for (int k = 0; k < 12; k++) {
         for (int i = 0; i < 3; i++) y[k][i] = 1.5e9 * (i + 1) / 3 * (k + 1) / 12;
         snprintf(names[k], sizeof(names[k]), "interleaved-1f1b except_last %d", k);
-        s[k] = (struct ps_plot_series){names[k], y[k]};
+        s[k] = (struct ps_plot_series){names[k], y[k], 0};
     }
     struct ps_line_plot p = {.title = "memory", .xlabel = "chunks", .ylabel = "peak memory",
                              .y_unit = PS_UNIT_BYTES, .n = 3, .x = x, .log2_x = true,
@@ -795,7 +796,7 @@ static void test_lines_units_legend(void **state)
        10^floor(log10 0.05) = 0.01 to 10^ceil(log10 266) = 1000, one tick per decade; the 0 is
        left out as a gap (two points remain: one polyline) */
     double x3[3] = {1, 2, 4}, yl[3] = {0, 0.05, 266};
-    struct ps_plot_series sl = {"plain", yl};
+    struct ps_plot_series sl = {"plain", yl, 0};
     struct ps_line_plot pl = {.ylabel = "var error", .n = 3, .x = x3, .log2_x = true,
                               .y_zero = true, .log_y_auto = true, .n_series = 1, .series = &sl};
     assert_int_equal(ps_plot_lines_file(&pl, tmp("l7.svg"), &d), 0);
@@ -807,7 +808,7 @@ static void test_lines_units_legend(void **state)
     free(a);
     /* times: 2.5e6 us is shown in s */
     double yt[3] = {2.5e5, 1.2e6, 2.5e6};
-    struct ps_plot_series st = {"gpipe", yt};
+    struct ps_plot_series st = {"gpipe", yt, 0};
     p.y_unit = PS_UNIT_US;
     p.ylabel = "makespan";
     p.series = &st;
@@ -821,7 +822,7 @@ static void test_lines_units_legend(void **state)
        second is drawn exactly over the first, so its legend says so; a third that differs in one
        point does not */
     double ya[3] = {1, 2, 3}, yb[3] = {1, 2, 3}, yc[3] = {1, 2, 3.5};
-    struct ps_plot_series sc[3] = {{"plain", ya}, {"deferred", yb}, {"grad-only", yc}};
+    struct ps_plot_series sc[3] = {{"plain", ya, 0}, {"deferred", yb, 0}, {"grad-only", yc, 0}};
     struct ps_line_plot pc = {.n = 3, .x = x3, .n_series = 3, .series = sc};
     assert_int_equal(ps_plot_lines_file(&pc, tmp("l8.svg"), &d), 0);
     a = fx_slurp(tmp("l8.svg"), NULL);
@@ -899,6 +900,18 @@ static void test_out_atomic(void **state)
     assert_int_equal(count_dir_entries("atomic.txt"), 1);
 }
 
+/* a time under 1 us keeps its digits: seed 2's simulated forward (0.007 us) read "0.0 us" beside
+   a recompute share of 44.3% of it */
+static void test_time_small(void **state)
+{
+    (void)state;
+    char b[32];
+    assert_string_equal(ps_viz_time(0.007, b, sizeof(b)), "0.007 us");
+    assert_string_equal(ps_viz_time(0, b, sizeof(b)), "0.0 us");
+    assert_string_equal(ps_viz_time(16.009, b, sizeof(b)), "16.0 us");
+    assert_string_equal(ps_viz_time(1500, b, sizeof(b)), "1.50 ms");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -915,6 +928,7 @@ int main(void)
         cmocka_unit_test(test_lines),
         cmocka_unit_test(test_lines_units_legend),
         cmocka_unit_test(test_out_atomic),
+        cmocka_unit_test(test_time_small),
     };
     int rc = cmocka_run_group_tests(tests, group_setup, group_teardown);
     if (rc == 0 && g_regenerated) {

@@ -201,7 +201,11 @@ int ps_advise_plot(const struct ps_advise *a, const char *path, struct ps_diag *
     struct ps_plot_series ser[6];
     char names[6][48];
     int ns = 0;
-    for (int s = 0; s < 6; s++) {
+    /* drawn in this order, the later on top: the cap beneath every marker, the spec and the
+       recommendation above the fronts; each keeps its look whatever else is drawn */
+    static const int draw[6] = {5, 0, 1, 2, 3, 4};
+    for (int di = 0; di < 6; di++) {
+        int s = draw[di];
         bool any = false;
         for (int k = 0; k < u; k++) any |= !isnan(y[(size_t)s * (size_t)u + (size_t)k]);
         if (!any) continue;
@@ -211,6 +215,7 @@ int ps_advise_plot(const struct ps_advise *a, const char *path, struct ps_diag *
                       s == 3 ? "your spec" : s == 4 ? "recommended" : "memory cap");
         ser[ns].name = names[ns];
         ser[ns].y = y + (size_t)s * (size_t)u;
+        ser[ns].style = 1 + s;
         ns++;
     }
     struct ps_line_plot lp = {.title = "advise: peak memory per device against throughput",

@@ -539,6 +539,12 @@ static bool x_ok(const struct ps_line_plot *p, uint32_t i)
 static const char *const dashes[] = {"", " stroke-dasharray=\"7,3\"", " stroke-dasharray=\"2,2\"",
                                      " stroke-dasharray=\"9,3,2,3\""};
 
+/* the look (colour, dash, marker) of series s: its fixed slot when it has one, else its place */
+static uint32_t look(const struct ps_line_plot *p, uint32_t s)
+{
+    return p->series[s].style > 0 ? (uint32_t)(p->series[s].style - 1) : s;
+}
+
 static const char *series_dash(uint32_t s)
 {
     return dashes[(s / (uint32_t)N_PALETTE) % 4];
@@ -752,7 +758,7 @@ int ps_plot_lines(const struct ps_line_plot *p, FILE *f, struct ps_diag *diag)
     fputs("</g>\n", f);
 
     for (uint32_t s = 0; s < p->n_series; s++) {
-        const char *color = palette[s % N_PALETTE];
+        const char *color = palette[look(p, s) % N_PALETTE];
         fprintf(f, "<g id=\"series%" PRIu32 "\">\n", s);
         /* polylines broken at missing points */
         bool open = false;
@@ -762,7 +768,7 @@ int ps_plot_lines(const struct ps_line_plot *p, FILE *f, struct ps_diag *diag)
             if (!ok) {
                 if (open)
                     fprintf(f, "\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.50\"%s/>\n", color,
-                            series_dash(s));
+                            series_dash(look(p, s)));
                 open = false;
                 continue;
             }
@@ -773,24 +779,24 @@ int ps_plot_lines(const struct ps_line_plot *p, FILE *f, struct ps_diag *diag)
         }
         if (open)
             fprintf(f, "\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.50\"%s/>\n", color,
-                    series_dash(s));
+                    series_dash(look(p, s)));
         for (uint32_t i = 0; i < p->n; i++) {
             double v = p->series[s].y[i];
             if (!x_ok(p, i) || !isfinite(v) || !isfinite(YV(v))) continue;
             double xv = p->log2_x ? log2(p->x[i]) : p->x[i];
-            marker(f, (int)s, PX(xv), PY(v), color);
+            marker(f, (int)look(p, s), PX(xv), PY(v), color);
         }
         fputs("</g>\n", f);
     }
     fputs("<g id=\"legend\">\n", f);
     for (uint32_t s = 0; s < p->n_series; s++) {
-        const char *color = palette[s % N_PALETTE];
+        const char *color = palette[look(p, s) % N_PALETTE];
         double lx = L + PW + 14, ly = T + 12 + (double)s * 18;
         fprintf(f,
                 "<line x1=\"%s\" y1=\"%s\" x2=\"%s\" y2=\"%s\" stroke=\"%s\" "
                 "stroke-width=\"1.50\"%s/>\n",
-                n2(lx), n2(ly), n2(lx + 24), n2(ly), color, series_dash(s));
-        marker(f, (int)s, lx + 12, ly, color);
+                n2(lx), n2(ly), n2(lx + 24), n2(ly), color, series_dash(look(p, s)));
+        marker(f, (int)look(p, s), lx + 12, ly, color);
         text(f, lx + 30, ly + 4, "start", 11, "#000000", NULL,
              legend_name(p, s, lname, sizeof(lname)));
     }

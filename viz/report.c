@@ -20,7 +20,8 @@ const char *ps_viz_time(double us, char *buf, int len)
     if (!isfinite(us)) snprintf(buf, len, "n/a");
     else if (a >= 1e6) snprintf(buf, len, "%.3f s", us / 1e6);
     else if (a >= 1e3) snprintf(buf, len, "%.2f ms", us / 1e3);
-    else snprintf(buf, len, "%.1f us", us);
+    else if (a >= 1 || a == 0) snprintf(buf, len, "%.1f us", us);
+    else snprintf(buf, len, "%.3f us", us); /* a non-zero time under 1 us never reads 0.0 */
     return buf;
 }
 

@@ -248,6 +248,8 @@ int ps_plot_gantt_file(const struct ps_graph *g, const struct ps_trace *t,
 struct ps_plot_series {
     const char *name;
     const double *y; /* n values (struct ps_line_plot), NaN = no point */
+    int style;       /* 1 + a fixed look (colour, dash, marker), so that a series named the same
+                        looks the same in every report; 0 = by its place in the list */
 };
 
 enum ps_plot_unit { PS_UNIT_NONE, PS_UNIT_BYTES, PS_UNIT_US };

@@ -26,6 +26,8 @@
 
 #include "src/analysis.h"
 #include "src/cli/cli.h"
+#include "src/cli/progress.h"
+#include "src/study/study.h"
 #include "src/drift.h"
 #include "kernels/exec.h"
 #include "viz/report.h"
@@ -94,6 +96,25 @@ static int add_report(cJSON *root, const struct ps_ctx *ctx, const char *backend
     return ps_json_set(root, "batchnorm", ps_report_bn_updates(ctx->spec, r));
 }
 
+/* progress on stderr during a long run (progress.h: nothing under a second, a line every few
+   seconds off a terminal), its ETA from study/eta.c */
+struct run_progress {
+    struct ps_progress pr;
+    struct ps_eta eta;
+    double t0;
+};
+
+static bool run_progress_hook(void *ctx, double done, double total)
+{
+    struct run_progress *rp = ctx;
+    double el = ps_progress_now() - rp->t0;
+    ps_eta_observe(&rp->eta, el, done, total);
+    double est = ps_eta_total(&rp->eta);
+    double frac = isfinite(est) && est > 0 ? fmin(el / est, 1) : 0; /* 0: ETA unknown yet */
+    ps_progress_update(&rp->pr, frac, 0, 0, NULL);
+    return true;
+}
+
 int ps_cmd_run(struct ps_cli *cli)
 {
     const char *backend = "cpu", *save = NULL, *v;
@@ -136,7 +157,15 @@ int ps_cmd_run(struct ps_cli *cli)
     if (rc) return rc;
     const struct ps_spec *s = ctx.spec;
     struct ps_exec_result r;
+    struct run_progress rp;
+    ps_progress_init(&rp.pr, cli);
+    ps_eta_init(&rp.eta);
+    ps_progress_begin(&rp.pr, o.forward_only ? "forward passes" : "training");
+    rp.t0 = ps_progress_now();
+    o.progress = run_progress_hook;
+    o.progress_ctx = &rp;
     rc = ps_exec_run(ctx.graph, &ctx.order, &o, &r, &d);
+    ps_progress_end(&rp.pr, rc ? "failed" : "done");
     if (rc) {
         ps_ctx_finish(&ctx);
         return ps_cli_fail(&d, rc == -ENOTSUP ? PS_EXIT_BACKEND

@@ -35,6 +35,37 @@ static int peak_alive(const struct ps_plan *p, int lane, const uint8_t *has_w)
     return peak;
 }
 
+/* GPipe has no per-rank plan: its forward follows torchgpipe's clock cycles and its backward
+   the autograd engine's order, so the program each device runs is the engine's order (the same
+   as `graph SPEC --order`) */
+static int print_engine_order(struct ps_cli *cli, const char *name)
+{
+    struct ps_ctx ctx;
+    int rc = ps_ctx_load(&ctx, cli, NULL);
+    if (rc) return rc;
+    const struct ps_graph *g = ctx.graph;
+    if (cli->verbosity >= 0) {
+        printf("%s: torchgpipe's clock cycles in forward, the autograd engine's order in backward "
+               "(no action list; --csv needs one); %d device%s, m=%d micro-batches:\n",
+               name, g->n_devices, g->n_devices == 1 ? "" : "s", ctx.spec->chunks);
+        char task[64], dev[32];
+        for (int d = 0; d < g->n_devices; d++) {
+            int p = 0;
+            while (p < ctx.spec->n_partitions && ctx.spec->device_id[p] != d) p++;
+            ps_device_format(&ctx.spec->devices[p], dev, sizeof(dev));
+            printf("device %s:\n ", dev);
+            for (uint32_t k = 0; k < ctx.order.n; k++) {
+                const struct ps_node *nd = &g->nodes[ctx.order.node[k]];
+                if (!ps_node_is_task(nd) || nd->device != d) continue;
+                printf(" %s", ps_node_name(g, ctx.order.node[k], task, sizeof(task)));
+            }
+            printf("\n");
+        }
+    }
+    ps_ctx_finish(&ctx);
+    return PS_EXIT_OK;
+}
+
 static int write_csv(FILE *f, void *ctx, struct ps_diag *d)
 {
     (void)d;
@@ -96,6 +127,10 @@ int ps_cmd_schedule(struct ps_cli *cli)
                                              var.virtual_stages, note, sizeof(note)))
         ps_cli_warn(cli, "%s", note);
     rc = actions ? ps_plan_load(actions, spec, &plan, &d) : ps_schedule_plan(spec, &var, &plan, &d);
+    if (rc && !actions && !ps_schedule_ops(var.schedule)->plan && !csv && !chunks && !vs) {
+        code = print_engine_order(cli, name);
+        goto out;
+    }
     if (rc) {
         if (!actions && !ps_schedule_ops(var.schedule)->plan)
             ps_diag_hint(&d, "'pipescope graph SPEC --order' prints the order torchgpipe's autograd "

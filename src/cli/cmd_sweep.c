@@ -13,6 +13,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include "src/cli/cli.h"
@@ -42,13 +43,14 @@ static const char *const ckpts[] = {"always", "except_last", "never"};
 struct show {
     const struct ps_cli *cli;
     bool quiet;
+    bool tty; /* stderr is a terminal: the one-line counter (a file or pipe gets no \r) */
 };
 
 static void before(void *ctx, int k, int n, const struct ps_sweep_row *r)
 {
     const struct show *sh = ctx;
-    if (sh->cli->verbosity >= 0)
-        fprintf(stderr, "\rsweep: %d/%d %s %s chunks=%d   ", k, n,
+    if (sh->cli->verbosity >= 0 && sh->tty)
+        fprintf(stderr, "\r\033[Ksweep: %d/%d %s %s chunks=%d", k, n,
                 ps_schedule_ops(r->sched)->name, ckpts[r->ckpt], r->chunks);
 }
 
@@ -58,7 +60,7 @@ static void after(void *ctx, int k, int n, const struct ps_sweep_row *r)
     const struct show *sh = ctx;
     const char *sched = ps_schedule_ops(r->sched)->name;
     if (!r->ok) {
-        if (sh->cli->verbosity >= 0) fputc('\n', stderr);
+        if (sh->cli->verbosity >= 0 && sh->tty) fputs("\r\033[K", stderr); /* clear the counter */
         if (r->bad_chunks) ps_cli_warn(sh->cli, "chunks=%d skipped: %s", r->chunks, r->why);
         else
             ps_cli_warn(sh->cli, "%s %s chunks=%d skipped: %s", sched, ckpts[r->ckpt], r->chunks,
@@ -173,7 +175,8 @@ int ps_cmd_sweep(struct ps_cli *cli)
         code = ps_cli_fail(&(struct ps_diag){.where = "sweep", .msg = "out of memory"}, PS_EXIT_INPUT);
         goto out;
     }
-    struct show sh = {cli, cli->verbosity < 0 || (cli->json && !strcmp(cli->json, "-"))};
+    struct show sh = {cli, cli->verbosity < 0 || (cli->json && !strcmp(cli->json, "-")),
+                      isatty(STDERR_FILENO) == 1};
     if (!sh.quiet)
         printf("%-17s %-11s %6s %4s %4s %14s %14s %8s %12s %10s\n", "schedule", "checkpoint",
                "chunks", "m", "dev", "makespan_us", "samples/s", "bubble", "peak_mem", "recompute");
@@ -181,7 +184,8 @@ int ps_cmd_sweep(struct ps_cli *cli)
                                .sched = scv, .n_sched = ns, .before = before, .after = after,
                                .ctx = &sh};
     int n_ok = ps_study_sweep(spec, model, costs, &so, rows, &d);
-    if (cli->verbosity >= 0) fprintf(stderr, "\rsweep: %d configurations done.%20s\n", total, "");
+    if (cli->verbosity >= 0)
+        fprintf(stderr, "%ssweep: %d configurations done.\n", sh.tty ? "\r\033[K" : "", total);
     if (n_ok == 0) {
         /* nothing to report: the last configuration's error says why */
         code = ps_cli_fail(&d, PS_EXIT_INPUT);

@@ -422,12 +422,45 @@ static bool enough_files(const struct ps_cmd *cmd)
     return false;
 }
 
+/* The shared options each command acts on; any other is refused before anything is written
+ * (accepted and ignored, it would look like a file that was never written). */
+static int refuse_shared(const struct ps_cli *cli)
+{
+    static const struct {
+        const char *cmd, *takes;
+    } t[] = {{"check", "--json"},          {"graph", "--json --svg"},
+             {"run", "--json --trace"},    {"drift", "--json --svg -o"},
+             {"compare", "--json --svg"},  {"calibrate", "--json -o"},
+             {"diagnose", "-o"},           {"simulate", "--json --trace --svg"},
+             {"sweep", "--json -o"},       {"advise", "--json -o"},
+             {"balance", "--json"},        {"schedule", ""},
+             {"version", ""}};
+    const char *takes = NULL;
+    for (size_t k = 0; k < sizeof(t) / sizeof(t[0]); k++)
+        if (!strcmp(t[k].cmd, cli->cmd)) takes = t[k].takes;
+    if (!takes) return 0;
+    const struct {
+        const char *opt, *val;
+    } given[] = {{"--json", cli->json}, {"--trace", cli->trace}, {"--svg", cli->svg},
+                 {"-o", cli->outdir}};
+    for (size_t k = 0; k < sizeof(given) / sizeof(given[0]); k++) {
+        if (!given[k].val) continue;
+        size_t n = strlen(given[k].opt);
+        const char *p = strstr(takes, given[k].opt);
+        if (p && (p[n] == ' ' || p[n] == 0)) continue;
+        return ps_cli_usage(cli, "%s is not an option of %s, which would write nothing there "
+                            "(its shared output options: %s)",
+                            given[k].opt, cli->cmd, *takes ? takes : "none");
+    }
+    return 0;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: pipescope COMMAND SPEC [options]\n\ncommands:\n");
     for (const struct ps_cmd *c = ps_commands; c->name; c++)
         fprintf(f, "  %-9s %s\n", c->name, c->summary);
-    fprintf(f, "\nshared options: --json FILE (- for stdout), --trace FILE, --svg FILE, -o DIR, "
+    fprintf(f, "\nshared options (a command refuses those its help does not list): --json FILE (- for\nstdout), --trace FILE, --svg FILE, -o DIR, "
                "-q, -v\n'pipescope help COMMAND' or 'pipescope COMMAND --help' shows a command's options,\ntheir defaults and an example. The spec format: src/SPEC.md.\n");
 }
 
@@ -453,8 +486,12 @@ int main(int argc, char **argv)
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? PS_EXIT_INPUT : 0;
     }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) {
+        printf("pipescope %s\n", PS_VERSION);
+        return 0;
+    }
     bool help = strcmp(argv[1], "help") == 0;
-    if (help && argc < 3) {
+    if (help && (argc < 3 || !strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
         usage(stdout);
         return 0;
     }
@@ -529,7 +566,8 @@ int main(int argc, char **argv)
     /* every output of a command appears when it ends, or none when it fails; output folders
        are written as temporary twins and swapped in then (viz/out.c, O4) */
     ps_out_defer_begin();
-    int code = prepare_outputs(cmd, &cli);
+    int code = refuse_shared(&cli);
+    if (code == 0) code = prepare_outputs(cmd, &cli);
     if (code == 0) code = cmd->run(&cli);
     struct ps_diag d;
     ps_diag_clear(&d);

@@ -694,6 +694,7 @@ int ps_study_advise(const struct ps_spec *spec, const struct ps_model *model,
         uint32_t inf = 1;
         bool exact = true, split = false;
         if (brc == -ENOSPC) {
+            a->n_skipped++; /* cannot run: configurations = simulated + pruned + skipped */
             base.status = PS_ADV_NO_BALANCE;
             snprintf(why, sizeof(why), "no balance of %d stages keeps one micro-batch of every "
                      "stage under the cap", S);
@@ -705,7 +706,7 @@ int ps_study_advise(const struct ps_spec *spec, const struct ps_model *model,
             ps_diag_clear(&sd);
             int src = sim_one(&c, x->sched, vs, S, bal, x->chunks, x->ck, &ms, &pk, &dv, &inf,
                               &split, &sd);
-            a->n_simulated++;
+            if (!src) a->n_simulated++; /* once per configuration, retried balances included */
             if (src == -ENOMEM) {
                 *d = sd;
                 rc = src;
@@ -732,7 +733,6 @@ int ps_study_advise(const struct ps_spec *spec, const struct ps_model *model,
                         if (sim_one(&c, x->sched, vs, S, b2, x->chunks, x->ck, &ms2, &pk2, &dv,
                                     &inf2, &split, &sd))
                             continue;
-                        a->n_simulated++;
                         fit = (double)pk2 <= capv;
                     }
                 } else if (b2) {
@@ -740,10 +740,8 @@ int ps_study_advise(const struct ps_spec *spec, const struct ps_model *model,
                     if (!ps_balance_exact(c.t, c.mem, capv, c.L, S, b2, &mx2)) {
                         ps_diag_clear(&sd);
                         if (!sim_one(&c, x->sched, vs, S, b2, x->chunks, x->ck, &ms2, &pk2, &dv,
-                                     &inf2, &split, &sd)) {
-                            a->n_simulated++;
+                                     &inf2, &split, &sd))
                             fit = (double)pk2 <= capv;
-                        }
                     }
                 }
                 if (fit) {

@@ -72,11 +72,20 @@ static bool run_progress(void *ctx, double done, double total)
     struct ps_diagnose *dg = ctx;
     const struct ps_study_progress *p = &dg->opts.progress;
     double frac = total > 0 ? done / total : 0;
-    if (p->update) p->update(p->ctx, frac, 0, 0, NULL);
-    if (dg->opts.budget_s <= 0) return true;
     double el = now_s() - dg->bud.phase_t0;
+    ps_eta_observe(&dg->bud.eta, el, done, total);
+    double eta_total = ps_eta_total(&dg->bud.eta);
+    /* the progress line's ETA from the same estimate (the work fraction would repeat the
+       first task's one-time costs over the whole run) */
+    if (p->update)
+        p->update(p->ctx, isfinite(eta_total) && eta_total > 0 ? fmin(el / eta_total, 1) : 0, 0, 0, NULL);
+    if (dg->opts.budget_s <= 0) return true;
     if (el < 1.0 || !(frac > 0)) return true;
-    double eta_total = el / frac;
+    /* no estimate yet: stop only once the run is already past its time */
+    if (!isfinite(eta_total)) {
+        if (dg->bud.phase_t0 + el <= dg->bud.deadline + dg->bud.slack) return true;
+        eta_total = el / frac;
+    }
     if (dg->bud.phase_t0 + eta_total <= dg->bud.deadline + dg->bud.slack) return true;
     dg->bud.stopped = true;
     dg->bud.eta_total = eta_total;
@@ -306,6 +315,7 @@ void ps_diagnose_execute(struct ps_diagnose *dg)
             dg->bud.stopped = false;
             eo.progress = run_progress;
             eo.progress_ctx = dg;
+            ps_eta_init(&dg->bud.eta);
             begin(dg, "cpu run");
             rrc = ps_exec_run(dg->g, dg->order, &eo, &r->res, &rd);
             double est_step = dg->bud.eta_total / dg->run_steps;
@@ -314,6 +324,8 @@ void ps_diagnose_execute(struct ps_diagnose *dg)
                 dg->bud.stopped = false;
                 eo.steps = 1;
                 ps_diag_clear(&rd);
+                ps_eta_init(&dg->bud.eta);
+                dg->bud.phase_t0 = now_s();
                 rrc = ps_exec_run(dg->g, dg->order, &eo, &r->res, &rd);
                 if (!rrc)
                     reduced(dg,
@@ -339,6 +351,11 @@ void ps_diagnose_execute(struct ps_diagnose *dg)
         }
         if (rrc) {
             ps_diag_format(&rd, r->why, sizeof(r->why));
+            /* the examples' real data set comes with Debian's scikit-learn */
+            size_t wl = strlen(r->why);
+            if (strstr(r->why, "/sklearn/") && wl + 60 < sizeof(r->why))
+                snprintf(r->why + wl, sizeof(r->why) - wl,
+                         " (hint: apt-get install python3-sklearn ships it)");
             warn(dg, "%s run failed: %s", r->name, r->why);
             continue;
         }
@@ -396,7 +413,14 @@ void ps_diagnose_drift(struct ps_diagnose *dg)
             char all[256] = "";
             for (int k = 0, o2 = 0; k < nl && o2 < 240; k++)
                 o2 += snprintf(all + o2, sizeof(all) - (size_t)o2, "%s%d", k ? "," : "", list[k]);
-            if (!isfinite(step_s) || left < 3 * step_s) {
+            /* a CPU run that failed (not stopped for time): the sweep would fail the same way */
+            bool cpu_failed = !dg->runs[0].ok && dg->runs[0].why[0] && !dg->bud.stopped;
+            if (cpu_failed) {
+                drift_fits = false;
+                snprintf(dg->drift_why, sizeof(dg->drift_why),
+                         "skipped: it trains as the CPU run does, and that run failed: %.300s",
+                         dg->runs[0].why);
+            } else if (!isfinite(step_s) || left < 3 * step_s) {
                 drift_fits = false;
                 snprintf(dg->drift_why, sizeof(dg->drift_why),
                          "skipped to fit the time budget of %.0f s%s", dg->opts.budget_s,
@@ -477,6 +501,7 @@ void ps_diagnose_adaptation(struct ps_diagnose *dg)
         dg->bud.stopped = false;
         fo.progress = run_progress;
         fo.progress_ctx = dg;
+        ps_eta_init(&dg->bud.eta);
         begin(dg, "BN adaptation pass");
         struct ps_exec_result fr;
         struct ps_diag fd;

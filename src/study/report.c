@@ -89,8 +89,9 @@ static void held_out_words(const struct ps_diagnose *dg, char *buf, size_t len)
         o += (size_t)snprintf(buf + o, len - o, "%s %s %+.1f%%", j ? "," : "", r->spec_path,
                               -100 * gr->error);
         if (*fold_range(p, j, rg, sizeof(rg)) && o < len)
-            o += (size_t)snprintf(buf + o, len - o, " (%lld samples, %s)",
-                                  (long long)ps_variant_mb_size(&r->var, 0), rg);
+            o += (size_t)snprintf(buf + o, len - o, " (%lld sample%s, %s)",
+                                  (long long)ps_variant_mb_size(&r->var, 0),
+                                  ps_variant_mb_size(&r->var, 0) == 1 ? "" : "s", rg);
     }
 }
 
@@ -467,10 +468,11 @@ static void page_advise(const struct ps_diagnose *dg, struct ps_html *h)
     const struct ps_advise *a = &dg->advise;
     char cap[64];
     ps_viz_bytes(a->memory_cap, cap, sizeof(cap));
-    ps_html_para(h, "pipescope advise searched %d configurations on %d devices (every schedule, "
+    ps_html_para(h, "pipescope advise searched %d configurations on %d device%s (every schedule, "
                  "chunks, checkpoint mode and BN policy, each with the exact min-max time balance) "
                  "under a cap of %s per device, the spec's own peak: %d simulated, %d pruned by "
-                 "bounds, %d cannot run; %s. BN drift: %s.", a->n_configs, a->devices, cap,
+                 "bounds, %d cannot run; %s. BN drift: %s.", a->n_configs, a->devices,
+                 a->devices == 1 ? "" : "s", cap,
                  a->n_simulated, a->n_pruned, a->n_skipped,
                  a->exhaustive ? "exhaustive" : "not exhaustive (some configurations over the cap "
                                                 "were rebalanced by a conservative memory model)",

@@ -267,9 +267,22 @@ struct ps_diagnose_opts {
     struct ps_study_progress progress;
 };
 
+/* An estimate of a CPU run's total time from the executor's progress reports (study/eta.c):
+ * the first substantial task (one-time costs) counts once, the rest is paced by the tasks after
+ * it. ps_eta_total is NAN until it can tell. */
+struct ps_eta {
+    double t, done, total;     /* the latest report: s since the run began, work done, work */
+    bool warm;                 /* the first substantial task has ended */
+    double warm_t, warm_done;  /* when, and the work done by then */
+};
+void ps_eta_init(struct ps_eta *e);
+void ps_eta_observe(struct ps_eta *e, double t_s, double done, double total);
+double ps_eta_total(const struct ps_eta *e);
+
 /* The time budget (about 60 s of work on 2 cores by default). The CPU run is watched through the
- * executor's progress hook: once it has run for a second, the work done so far gives its total
- * time; when that ends past the phase's deadline (plus a quarter of the phase's share of the
+ * executor's progress hook: once it has run for a second, ps_eta gives its total time (the
+ * first task's one-time costs counted once, the rest paced by the tasks after it); when that
+ * ends past the phase's deadline (plus a quarter of the phase's share of the
  * budget) the run stops and is retried with one step, or skipped. The drift sweep is planned
  * from the CPU run's measured step time: fewer steps per setting first, then fewer chunk values
  * (the spec's own first). Every reduction is written down with the command that runs the rest. */
@@ -281,6 +294,7 @@ struct ps_diagnose_budget {
     double phase_t0;         /* start of the watched phase */
     bool stopped;            /* the hook stopped a run */
     double eta_total;        /* the stopped run's estimated total time, s */
+    struct ps_eta eta;       /* the watched run's estimator */
     int n_reduced;
     char reduced[PS_DIAGNOSE_MAX_REDUCED][400];
 };
