@@ -60,9 +60,7 @@ static int printable_at(const unsigned char *s)
     return n;
 }
 
-/* Copies `in` into out (len bytes, NUL-terminated) with what printable_at refuses as \xNN;
- * never cuts a sequence or an escape in half. */
-static void escape_line(const char *in, char *out, size_t len)
+void ps_diag_escape(const char *in, char *out, size_t len)
 {
     size_t o = 0;
     const unsigned char *s = (const unsigned char *)in;
@@ -91,6 +89,6 @@ const char *ps_diag_format(const struct ps_diag *d, char *buf, size_t len)
     else
         snprintf(raw, sizeof(raw), "%s%s%s (hint: %s)", d->where, d->where[0] ? ": " : "", d->msg,
                  d->hint);
-    escape_line(raw, buf, len);
+    ps_diag_escape(raw, buf, len);
     return buf;
 }

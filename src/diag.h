@@ -32,5 +32,9 @@ int ps_diag_vset(struct ps_diag *d, int code, const char *where, const char *fmt
 void ps_diag_hint(struct ps_diag *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Formats "where: msg (hint: hint)" into buf. */
 const char *ps_diag_format(const struct ps_diag *d, char *buf, size_t len);
+/* Copies `in` into out (len bytes, NUL-terminated) with every byte that is not part of printable
+ * UTF-8 (invalid sequences, C0 and C1 controls, DEL) written as \xNN; never cuts a sequence or
+ * an escape in half. 4 x strlen(in) + 1 bytes always suffice. */
+void ps_diag_escape(const char *in, char *out, size_t len);
 
 #endif

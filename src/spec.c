@@ -1061,7 +1061,16 @@ static int parse_root(struct ctx *c, const cJSON *root)
        rejects anything else) and no control characters (escape sequences would reach the
        terminal), issue [data-safety] 9 */
     if (rc == 0 && (rc = check_name(c, path, name))) return rc;
-    s->name = name ? xstrdup(name) : file_stem(s->path);
+    if (name) {
+        s->name = xstrdup(name);
+    } else {
+        /* the file's stem: any name the file system allows, so escaped rather than refused */
+        char *stem = file_stem(s->path);
+        size_t len = stem ? 4 * strlen(stem) + 1 : 0;
+        s->name = stem ? malloc(len) : NULL;
+        if (s->name) ps_diag_escape(stem, s->name, len);
+        free(stem);
+    }
     if (!s->name) return oom(c);
 
     int64_t batch;

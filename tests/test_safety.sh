@@ -222,5 +222,37 @@ total=$((total + 1))
 [ $lost -eq 0 ] || fail "race: a user's file written into the empty -o folder was lost in $lost of $tries"
 echo "race: $tries tries, $lost lost"
 
+# a spec file name with control characters and invalid UTF-8 (no "name" in the spec): the
+# report's name and file are escaped, report.json stays UTF-8 JSON and graph.svg XML
+rm -rf "$t" && mkdir -p "$t"
+odd="$t/$(printf 'sp\033[31m\377ec')"
+sed '/"name"/d' "$small" >"$odd.json"
+total=$((total + 1))
+if "$bin" diagnose "$odd.json" -q -o "$t/rep" >/dev/null 2>"$tmp/err"; then
+    python3 -c "import json,sys; j=json.load(open(sys.argv[1], encoding='utf-8')); \
+assert '\x1b' not in j['spec']['name'] + j['spec']['file']" "$t/rep/report.json" 2>"$tmp/py" ||
+        fail "odd file name: report.json is not clean UTF-8 JSON ($(tail -n 1 "$tmp/py"))"
+    python3 -c "import sys, xml.dom.minidom as m; m.parse(sys.argv[1])" "$t/rep/graph.svg" \
+        2>"$tmp/py" || fail "odd file name: graph.svg is not XML ($(tail -n 1 "$tmp/py"))"
+else
+    fail "odd file name: diagnose failed ($(head -n 1 "$tmp/err"))"
+fi
+
+# data that run refuses is refused by diagnose too: exit 2, one line, no report folder
+fresh
+sed 's|"data": *{[^}]*}|"data": {"source": "csv", "path": "/dev/urandom", "target_column": -1}|' \
+    "$small" >"$t/U.json"
+grep -q urandom "$t/U.json" || python3 - "$small" "$t/U.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+s["data"] = {"source": "csv", "path": "/dev/urandom", "target_column": -1}
+json.dump(s, open(sys.argv[2], "w"))
+PY
+"$bin" diagnose "$t/U.json" -q -o "$t/urep" >/dev/null 2>"$tmp/err"; rc=$?
+total=$((total + 1))
+[ $rc -eq 2 ] || fail "diagnose on unreadable data: exit $rc, expected 2"
+[ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "diagnose on unreadable data: $(wc -l <"$tmp/err") error lines"
+[ ! -e "$t/urep" ] || fail "diagnose on unreadable data wrote its folder"
+
 echo "$total checked, $bad failed"
 [ $bad -eq 0 ]

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "src/variant.h"
+#include "src/diag.h"
 #include "viz/viz.h"
 
 /* ---- numbers and helpers --------------------------------------------------------------- */
@@ -218,7 +219,12 @@ int ps_report_add_spec(cJSON *root, const struct ps_spec *s)
     cJSON *sp = obj(&b, NULL, NULL);
     integer(&b, sp, "pipescope", s->version);
     str(&b, sp, "name", s->name);
-    str(&b, sp, "file", s->path);
+    /* a file name is any bytes; JSON holds UTF-8 only: what is not printable UTF-8 is \xNN */
+    size_t plen = 4 * strlen(s->path) + 1;
+    char *path = malloc(plen);
+    if (path) ps_diag_escape(s->path, path, plen);
+    str(&b, sp, "file", path);
+    free(path);
     integer(&b, sp, "batch", s->batch);
 
     cJSON *m = obj(&b, sp, "model");

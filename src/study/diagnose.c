@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "src/data.h"
 #include "src/study/study.h"
 
 static double now_s(void)
@@ -120,6 +121,14 @@ int ps_diagnose_init(struct ps_diagnose *dg, const struct ps_spec *spec,
     dg->run_steps = opts->steps ? opts->steps : spec->steps > 0 ? spec->steps : 1;
     snprintf(dg->drift_why, sizeof(dg->drift_why), "it could not run");
     for (int l = 0; l < spec->n_layers; l++) dg->has_bn |= spec->layers[l].op == PS_OP_BATCHNORM;
+    /* data that `run` refuses is bad input here too (exit 2, before anything is written); only
+       a data file that is not there lets the rest of the report go on (the runs say why) */
+    struct ps_data dt;
+    memset(&dt, 0, sizeof(dt));
+    int rc = ps_data_load(spec, model, spec->batch, &dt, diag);
+    ps_data_finish(&dt);
+    if (rc && rc != -ENOENT) return rc;
+    ps_diag_clear(diag);
     return ps_study_costs(spec, opts->costs_path, &dg->costs, diag);
 }
 
