@@ -48,6 +48,10 @@ struct ps_schedule_ops {
     bool virtual_stages;
 };
 
+/* The closed form GPipe, torchgpipe's and PyTorch's, and 1F1B share under uniform costs
+ * (src/SEMANTICS.md section 6): (m + S - 1)(f + b); their ops' .makespan. */
+double ps_schedule_makespan_fb(int m, int S, int vs, double f, double b, double w);
+
 /* The row of a schedule kind (NULL for a value outside the enum). */
 const struct ps_schedule_ops *ps_schedule_ops(enum ps_schedule kind);
 /* The kind of a pipeline.schedule name, or -1. */

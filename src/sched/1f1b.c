@@ -33,18 +33,11 @@ static int plan(const struct ps_spec *spec, const struct ps_variant *v, struct p
     return gen_1f1b(spec, spec->n_partitions, v->mb_count, out);
 }
 
-/* the same closed form as GPipe (SEMANTICS.md section 6): (m + S - 1)(f + b) */
-static double makespan(int m, int S, int vs, double f, double b, double w)
-{
-    (void)vs, (void)w;
-    return (m + S - 1) * (f + b);
-}
-
 const struct ps_schedule_ops ps_sched_1f1b = {
     .name = "1f1b",
     .build = NULL,
     .plan = plan,
-    .makespan = makespan,
+    .makespan = ps_schedule_makespan_fb,
     .phony = false,
     .engine_order = false,
     .virtual_stages = false,

@@ -420,18 +420,11 @@ static int build_gpipe(const struct ps_spec *spec, const struct ps_model *model,
     return 0;
 }
 
-/* GPipe and 1F1B share the closed form (SEMANTICS.md section 6): (m + S - 1)(f + b). */
-static double makespan(int m, int S, int vs, double f, double b, double w)
-{
-    (void)vs, (void)w;
-    return (m + S - 1) * (f + b);
-}
-
 const struct ps_schedule_ops ps_sched_gpipe = {
     .name = "gpipe",
     .build = build_gpipe,
     .plan = NULL,
-    .makespan = makespan,
+    .makespan = ps_schedule_makespan_fb,
     .phony = true,
     .engine_order = true,
     .virtual_stages = false,

@@ -26,17 +26,11 @@ static int plan(const struct ps_spec *spec, const struct ps_variant *v, struct p
     return 0;
 }
 
-static double makespan(int m, int S, int vs, double f, double b, double w)
-{
-    (void)vs, (void)w;
-    return (m + S - 1) * (f + b);
-}
-
 const struct ps_schedule_ops ps_sched_pytorch_gpipe = {
     .name = "pytorch-gpipe",
     .build = NULL,
     .plan = plan,
-    .makespan = makespan,
+    .makespan = ps_schedule_makespan_fb,
     .phony = false,
     .engine_order = false,
     .virtual_stages = false,
