@@ -2,12 +2,14 @@
  *
  *   pipescope COMMAND SPEC [--json FILE] [--trace FILE] [--svg FILE] [-o DIR] [-q|-v] [options]
  */
+#include <errno.h>
 #include <stdbool.h>
 #include <malloc.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "src/cli/cli.h"
 #include "ps_config.h"
@@ -347,6 +349,20 @@ static void print_help(const struct ps_cmd *c)
            "unavailable.\n");
 }
 
+/* The output `path` is the spec itself (by device and inode: also through a link): refused here,
+ * before the command prints or computes anything. viz/out.c checks every input again when the
+ * outputs commit (weights and data are read later). */
+static int spec_is_output(const struct ps_cli *cli, const char *path, struct ps_diag *d)
+{
+    struct stat a, b;
+    if (!path || !cli->spec_path || stat(path, &a) != 0 || stat(cli->spec_path, &b) != 0 ||
+        !S_ISREG(a.st_mode) || a.st_dev != b.st_dev || a.st_ino != b.st_ino)
+        return 0;
+    ps_diag_set(d, -EEXIST, path, "input file is the same as output file");
+    ps_diag_hint(d, "give the output another name; pipescope does not replace what it reads");
+    return -EEXIST;
+}
+
 /* Every place the command will write, checked (and its missing folders made) before it computes
  * anything: the shared --json/--trace/--svg, the command options that name output files or
  * folders, and -o DIR. Returns 0 or the exit code after printing the error. */
@@ -360,7 +376,8 @@ static int prepare_outputs(const struct ps_cmd *cmd, struct ps_cli *cli)
     ps_diag_clear(&d);
     const char *files[] = {cli->json, cli->trace, cli->svg};
     for (size_t k = 0; k < sizeof(files) / sizeof(files[0]); k++)
-        if (files[k] && ps_out_check(files[k], &d)) return ps_cli_fail(&d, PS_EXIT_INPUT);
+        if (files[k] && (spec_is_output(cli, files[k], &d) || ps_out_check(files[k], &d)))
+            return ps_cli_fail(&d, PS_EXIT_INPUT);
     for (int k = 0; k < cli->argc; k++) {
         for (size_t j = 0; j < sizeof(outputs) / sizeof(outputs[0]); j++) {
             size_t n = strlen(outputs[j].opt);
@@ -369,7 +386,8 @@ static int prepare_outputs(const struct ps_cmd *cmd, struct ps_cli *cli)
             else if (!strncmp(a, outputs[j].opt, n) && a[n] == '=') v = a + n + 1;
             if (!v || !*v) continue; /* the command says what is missing */
             const char *w;
-            if (outputs[j].folder ? ps_out_folder(v, &w, &d) : ps_out_check(v, &d))
+            if (outputs[j].folder ? ps_out_folder(v, &w, &d)
+                                  : spec_is_output(cli, v, &d) || ps_out_check(v, &d))
                 return ps_cli_fail(&d, PS_EXIT_INPUT);
             if (outputs[j].folder) ps_cli_alias_folder(w, v);
         }
